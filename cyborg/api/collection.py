@@ -1,0 +1,50 @@
+"""Query parameters shared by collections: limit, marker and sorting."""
+
+import uuid
+
+from cyborg import exception
+
+SORT_DIRS = ('asc', 'desc')
+
+
+def page_params(request, params, sort_keys):
+    """``limit``, ``marker``, ``sort_key`` and ``sort_dir`` of a list call.
+
+    Other query parameters are the collection's own filters; unknown
+    ones are ignored, as clients send some that only they understand.
+    """
+    max_limit = request.app_state.conf.api.max_limit
+    limit = params.get('limit')
+    if limit is None:
+        limit = max_limit
+    else:
+        try:
+            limit = int(limit)
+        except ValueError:
+            limit = 0
+        if limit < 1:
+            raise exception.Invalid(
+                'limit must be a positive whole number, not %r.'
+                % params['limit'], code='cyborg.invalid_limit')
+        limit = min(limit, max_limit)
+    marker = params.get('marker')
+    if marker is not None:
+        try:
+            marker = str(uuid.UUID(marker))
+        except ValueError:
+            raise exception.Invalid(
+                'marker must be the uuid of an item, not %r.' % marker,
+                code='cyborg.invalid_marker') from None
+    sort_key = params.get('sort_key', 'id')
+    if sort_key != 'id' and sort_key not in sort_keys:
+        raise exception.Invalid(
+            'sort_key must be one of %s, not %r.'
+            % (', '.join(sorted(sort_keys)), sort_key),
+            code='cyborg.invalid_sort_key')
+    sort_dir = params.get('sort_dir', 'asc')
+    if sort_dir not in SORT_DIRS:
+        raise exception.Invalid(
+            'sort_dir must be asc or desc, not %r.' % sort_dir,
+            code='cyborg.invalid_sort_dir')
+    return {'limit': limit, 'marker': marker, 'sort_key': sort_key,
+            'sort_dir': sort_dir}

@@ -1,0 +1,48 @@
+"""``/`` and ``/v2``: the version documents, public, for discovery."""
+
+import pecan
+
+from cyborg.api.controllers.v2 import device_profiles
+from cyborg.api import expose
+from cyborg.api import microversion
+from cyborg.api import views
+
+
+def _version(request, href):
+    return {
+        'id': 'v2',
+        'status': 'CURRENT',
+        'min_version': microversion.MIN_STRING,
+        'max_version': microversion.MAX_STRING,
+        'links': [{'href': href, 'rel': 'self'}],
+    }
+
+
+class V2Controller:
+
+    device_profiles = device_profiles.DeviceProfilesController()
+
+    @expose.json()
+    def index(self):
+        request = pecan.request
+        document = _version(request, views.base_url(request) + '/v2/')
+        document['id'] = 'v2.0'
+        return document
+
+
+class RootController:
+
+    v2 = V2Controller()
+
+    @expose.json()
+    def index(self):
+        request = pecan.request
+        current = _version(request, views.base_url(request) + '/v2')
+        return {
+            'name': 'OpenStack Cyborg API',
+            'description': 'Cyborg manages the accelerators of a cloud: '
+                           'their discovery, their inventory in Placement '
+                           'and their binding to instances.',
+            'versions': [current],
+            'default_version': current,
+        }

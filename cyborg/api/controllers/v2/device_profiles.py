@@ -1,0 +1,149 @@
+"""/v2/device_profiles: named sets of accelerator request groups."""
+
+import uuid as uuidlib
+
+import pecan
+from pecan import rest
+import wsme
+from wsme import types as wtypes
+
+from cyborg.api.controllers.v2 import device_profile_groups
+from cyborg.api import collection
+from cyborg.api import expose
+from cyborg.api import request_body
+from cyborg.api import views
+from cyborg.db.api import device_profiles as db
+from cyborg import exception
+
+# More than this many profiles in one request is surely a mistake.
+MAX_PROFILES_PER_REQUEST = 100
+NAME_PATTERN = '^[A-Za-z0-9_-]+$'
+_MISSING = object()
+
+
+class NewDeviceProfile(wtypes.Base):
+    """One item of the array a client posts."""
+
+    name = wsme.wsattr(wtypes.StringType(min_length=1, max_length=255,
+                                         pattern=NAME_PATTERN),
+                       mandatory=True)
+    description = wtypes.StringType(max_length=1024)
+    uuid = wtypes.UuidType()
+    # groups is checked by device_profile_groups, which knows the key rules.
+
+
+def _new_profiles(body):
+    if not isinstance(body, list):
+        raise exception.Invalid(
+            'The request body must be a JSON array of device profiles, not '
+            '%s.' % request_body.json_type(body))
+    if not body:
+        raise exception.Invalid('The request body is an empty array; send '
+                                'at least one device profile.')
+    if len(body) > MAX_PROFILES_PER_REQUEST:
+        raise exception.Invalid('A request may create at most %d device '
+                                'profiles.' % MAX_PROFILES_PER_REQUEST)
+    profiles = []
+    for item in body:
+        groups = _MISSING
+        if isinstance(item, dict):
+            item = dict(item)
+            groups = item.pop('groups', _MISSING)
+        new = request_body.from_wsme(NewDeviceProfile, item,
+                                     'device profile')
+        if groups is _MISSING:
+            raise exception.Invalid('A device profile needs the field '
+                                    'groups.')
+        profiles.append({
+            'name': new.name,
+            'description': (None if new.description is wtypes.Unset
+                            else new.description),
+            'uuid': (str(uuidlib.uuid4()) if new.uuid in (wtypes.Unset, None)
+                     else str(new.uuid)),
+            'groups': device_profile_groups.check_groups(groups),
+        })
+    return profiles
+
+
+def _view(profile, request):
+    return {
+        'uuid': profile.uuid,
+        'name': profile.name,
+        'description': profile.description,
+        'groups': profile.profile_json['groups'],
+        'created_at': views.timestamp(profile.created_at),
+        'updated_at': views.timestamp(profile.updated_at),
+        'links': views.self_link(request, 'device_profiles', profile.uuid),
+    }
+
+
+def _names(value, parameter):
+    names = [n for n in value.split(',') if n] if value else []
+    if not names:
+        raise exception.Invalid('The %s parameter needs at least one device '
+                                'profile name.' % parameter)
+    return names
+
+
+def _is_uuid(value):
+    try:
+        uuidlib.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+class DeviceProfilesController(rest.RestController):
+
+    @expose.json()
+    def get_all(self, name=None, **params):
+        request = pecan.request
+        request.authorize('cyborg:device_profile:get_all')
+        page = collection.page_params(request, params,
+                                      {'name', 'created_at'})
+        names = _names(name, 'name') if name is not None else None
+        rows = db.list_profiles(request.context, names=names, **page)
+        return {'device_profiles': [_view(p, request) for p in rows]}
+
+    @expose.json()
+    def get_one(self, key):
+        request = pecan.request
+        request.authorize('cyborg:device_profile:get_one')
+        if _is_uuid(key):
+            profile = db.get_profile(request.context, uuid=key)
+        elif request.version >= (2, 2):
+            profile = db.get_profile(request.context, name=key)
+        else:
+            raise exception.NotAcceptable(
+                'Finding a device profile by name (%s) needs microversion '
+                '2.2 or later; use its uuid.' % key,
+                code='cyborg.microversion_too_low')
+        return {'device_profile': _view(profile, request)}
+
+    @expose.json()
+    def post(self):
+        request = pecan.request
+        request.authorize('cyborg:device_profile:create')
+        profiles = _new_profiles(request_body.load_json(request))
+        rows = db.create_profiles(request.context, profiles)
+        pecan.response.status = 201
+        views_ = [_view(p, request) for p in rows]
+        # Clients read back the bare object; several come as an array.
+        return views_[0] if len(views_) == 1 else views_
+
+    @expose.json()
+    def delete(self, key=None, value=None):
+        request = pecan.request
+        request.authorize('cyborg:device_profile:delete')
+        if key is not None:
+            if not key:
+                raise exception.Invalid('The device profile to delete has an '
+                                        'empty name.')
+            if _is_uuid(key):
+                db.delete_profiles(request.context, uuids=[key])
+            else:
+                db.delete_profiles(request.context, names=[key])
+        else:
+            db.delete_profiles(request.context,
+                               names=_names(value, 'value'))
+        pecan.response.status = 204

@@ -1,0 +1,27 @@
+"""How controllers answer: JSON bodies rendered by the standard library.
+
+Controllers return plain dicts and lists and set a status other than 200
+on ``pecan.response``; a ``None`` result is an empty body.
+"""
+
+import json as jsonlib
+
+import pecan
+
+RENDERER = 'cyborg_json'
+
+
+class JSONRenderer:
+    """A pecan renderer with no template, just ``json.dumps``."""
+
+    def __init__(self, path, extra_vars):
+        pass
+
+    def render(self, template_path, namespace):
+        if namespace is None:
+            return ''
+        return jsonlib.dumps(namespace)
+
+
+def json(**kwargs):
+    return pecan.expose(RENDERER, content_type='application/json', **kwargs)

@@ -1,0 +1,99 @@
+"""Pecan hooks: the request's context, microversion and error bodies."""
+
+import json
+import logging
+
+from pecan import hooks
+import webob
+from webob import exc as webob_exc
+
+from cyborg.api import microversion
+from cyborg import context as cyborg_context
+from cyborg import exception
+from cyborg import policy
+
+LOG = logging.getLogger(__name__)
+
+
+class AppState:
+    """What every request of one app shares: configuration, policy, DB."""
+
+    def __init__(self, conf, db, enforcer):
+        self.conf = conf
+        self.db = db
+        self.enforcer = enforcer
+
+
+def _is_versioned(path):
+    return path == '/v2' or path.startswith('/v2/')
+
+
+class RequestHook(hooks.PecanHook):
+    """Gives each request ``context``, ``version``, ``authorize``."""
+
+    def __init__(self, app_state):
+        self.app_state = app_state
+
+    def on_route(self, state):
+        request = state.request
+        request.app_state = self.app_state
+        request.version = None
+        if _is_versioned(request.path_info):
+            request.version = microversion.MIN_VERSION
+            request.version = microversion.requested(
+                request.headers.get(microversion.HEADER))
+        request.context = cyborg_context.RequestContext.from_environ(
+            request.environ, db=self.app_state.db)
+
+        def authorize(rule, target=None):
+            policy.authorize(self.app_state.enforcer, request.context,
+                             rule, target)
+        request.authorize = authorize
+
+    def after(self, state):
+        _add_version_headers(state.request, state.response)
+
+    def on_error(self, state, e):
+        request = state.request
+        if isinstance(e, exception.CyborgError):
+            status, message, code = e.status, e.message, e.code
+        elif isinstance(e, webob_exc.HTTPException):
+            status = e.status_int
+            message = _webob_message(e, request)
+            code = 'cyborg.http_%d' % status
+        else:
+            LOG.exception('Unexpected error on %s %s', request.method,
+                          request.path)
+            status = 500
+            message = 'The server hit an unexpected error; see its log.'
+            code = 'cyborg.internal_error'
+        response = error_response(status, message, code)
+        if isinstance(e, webob_exc.HTTPMethodNotAllowed):
+            response.headers['Allow'] = e.headers.get('Allow', '')
+        _add_version_headers(request, response)
+        return response
+
+
+def _webob_message(e, request):
+    if e.status_int == 404:
+        return 'The resource %s could not be found.' % request.path
+    if e.status_int == 405:
+        return 'The method %s is not allowed on %s.' % (request.method,
+                                                         request.path)
+    return e.explanation or e.title
+
+
+def _add_version_headers(request, response):
+    version = getattr(request, 'version', None)
+    if version is None and not _is_versioned(request.path_info):
+        return
+    for name, value in microversion.response_headers(
+            version or microversion.MIN_VERSION):
+        response.headers[name] = value
+
+
+def error_response(status, message, code):
+    """The contract's error body: ``{"error_message": ..., "code": ...}``."""
+    body = json.dumps({'error_message': message, 'code': code})
+    return webob.Response(status=status, body=body.encode(),
+                          content_type='application/json', charset='UTF-8')

@@ -1,0 +1,21 @@
+"""Shared pieces of response bodies: links and timestamps."""
+
+import datetime
+
+
+def base_url(request):
+    """Where clients reach the service: configured, or as this request came."""
+    configured = request.app_state.conf.api.public_endpoint
+    return (configured or request.application_url).rstrip('/')
+
+
+def self_link(request, collection, uuid):
+    return [{'href': '%s/v2/%s/%s' % (base_url(request), collection, uuid),
+             'rel': 'self'}]
+
+
+def timestamp(value):
+    """ISO 8601 in UTC, or None (JSON null) when unset."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=datetime.timezone.utc).isoformat()

@@ -1,0 +1,29 @@
+"""Configuration options, one module per option group.
+
+Services build their own ``cfg.ConfigOpts`` (or use ``cfg.CONF`` at the
+entry point) and pass it down; nothing below the entry points reads a
+global configuration object.
+"""
+
+from oslo_config import cfg
+
+from cyborg.conf import api
+from cyborg.conf import database
+from cyborg.conf import default
+
+_GROUP_MODULES = (default, api, database)
+
+
+def register_opts(conf):
+    """Register every option of the service on ``conf``."""
+    for module in _GROUP_MODULES:
+        module.register_opts(conf)
+
+
+def load(args=None, conf=None, default_config_files=None):
+    """Return a parsed configuration with every option registered."""
+    conf = conf if conf is not None else cfg.ConfigOpts()
+    register_opts(conf)
+    conf(args if args is not None else [], project='cyborg',
+         default_config_files=default_config_files)
+    return conf

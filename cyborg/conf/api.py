@@ -1,0 +1,36 @@
+"""[api] options: where the REST API listens and how it answers."""
+
+from oslo_config import cfg
+
+group = cfg.OptGroup('api', title='REST API options')
+
+opts = [
+    cfg.HostAddressOpt('host_ip',
+                       default='127.0.0.1',
+                       help='Address the API server listens on.'),
+    cfg.PortOpt('port',
+                default=6666,
+                help='Port the API server listens on.'),
+    cfg.IntOpt('threads',
+               default=16,
+               min=1,
+               help='Worker threads of the built-in API server.'),
+    cfg.URIOpt('public_endpoint',
+               help='Base URL that clients use to reach the API, for example '
+                    'https://cloud.example.com/accelerator. When unset, links '
+                    'are built from the URL of each request.'),
+    cfg.IntOpt('max_limit',
+               default=1000,
+               min=1,
+               help='Largest number of items a collection returns in one '
+                    'response.'),
+]
+
+
+def register_opts(conf):
+    conf.register_group(group)
+    conf.register_opts(opts, group=group)
+
+
+def list_opts():
+    return {group: opts}

@@ -1,0 +1,32 @@
+"""[DEFAULT] options shared by every service."""
+
+import socket
+
+from oslo_config import cfg
+
+opts = [
+    cfg.StrOpt('host',
+               default=socket.gethostname(),
+               sample_default='<hostname>',
+               help='Name of this host as the other services and Placement '
+                    'know it.'),
+    cfg.StrOpt('auth_strategy',
+               default='keystone',
+               choices=[('keystone', 'Validate tokens with keystonemiddleware '
+                                     'auth_token.'),
+                        ('noauth', 'No authentication: the request headers '
+                                   'say who the caller is. For tests and the '
+                                   'single-machine mode only.')],
+               help='How API requests are authenticated.'),
+    cfg.StrOpt('state_path',
+               default='/var/lib/cyborg',
+               help='Top-level directory for the state of the service.'),
+]
+
+
+def register_opts(conf):
+    conf.register_opts(opts)
+
+
+def list_opts():
+    return {'DEFAULT': opts}

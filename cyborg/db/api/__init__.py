@@ -1,0 +1,1 @@
+"""Queries, one module per resource. Each function takes a request context."""

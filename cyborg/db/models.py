@@ -1,0 +1,218 @@
+"""The database schema: the tables and the indexes their queries need.
+
+Devices are found on hosts; each is addressed through control path ids
+(for example its PCI physical function) and offers deployables, the units
+that Placement sees. Deployables form a tree (parent/root), carry
+key/value attributes and own the attach handles that a VM receives.
+Accelerator requests (ARQs) are made from a device profile and, once
+bound, point at the deployable and the attach handle they were given.
+"""
+
+import datetime
+import json
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+# Explicit constraint names, so that every engine and every migration agree.
+NAMING_CONVENTION = {
+    'ix': 'ix_%(table_name)s_%(column_0_N_name)s',
+    'uq': 'uq_%(table_name)s_%(column_0_N_name)s',
+    'fk': 'fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s',
+    'pk': 'pk_%(table_name)s',
+}
+
+
+def utcnow():
+    # Whole seconds: MariaDB drops fractions, and every engine must agree.
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return now.replace(tzinfo=None, microsecond=0)
+
+
+class JSONText(sa.types.TypeDecorator):
+    """A JSON document kept as text, which every engine stores the same."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        return None if value is None else json.dumps(value, sort_keys=True)
+
+    def process_result_value(self, value, dialect):
+        return None if value is None else json.loads(value)
+
+
+class Base(orm.DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class TimestampMixin:
+    # Naive datetimes, always UTC: MariaDB has no time zone type.
+    created_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
+        sa.DateTime, nullable=False, default=utcnow)
+    updated_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        sa.DateTime, nullable=True, onupdate=utcnow)
+
+
+def _uuid_column():
+    return orm.mapped_column(sa.String(36), nullable=False, unique=True)
+
+
+class Device(TimestampMixin, Base):
+    __tablename__ = 'devices'
+    __table_args__ = (
+        sa.Index('ix_devices_hostname', 'hostname'),
+        sa.Index('ix_devices_type', 'type'),
+        sa.Index('ix_devices_vendor', 'vendor'),
+    )
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
+    uuid: orm.Mapped[str] = _uuid_column()
+    type: orm.Mapped[str] = orm.mapped_column(sa.String(30), nullable=False)
+    vendor: orm.Mapped[str] = orm.mapped_column(sa.String(255),
+                                                nullable=False)
+    model: orm.Mapped[str] = orm.mapped_column(sa.String(255),
+                                               nullable=False)
+    std_board_info: orm.Mapped[dict | None] = orm.mapped_column(JSONText)
+    vendor_board_info: orm.Mapped[dict | None] = orm.mapped_column(JSONText)
+    hostname: orm.Mapped[str] = orm.mapped_column(sa.String(255),
+                                                  nullable=False)
+    # enabled | maintaining (disabled by an operator).
+    status: orm.Mapped[str] = orm.mapped_column(
+        sa.String(32), nullable=False, default='enabled',
+        server_default='enabled')
+
+
+class ControlPathID(TimestampMixin, Base):
+    """How a host addresses a device, for example its PCI physical function."""
+
+    __tablename__ = 'controlpath_ids'
+    __table_args__ = (
+        sa.UniqueConstraint('device_id', 'cpid_type', 'cpid_info'),
+    )
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
+    uuid: orm.Mapped[str] = _uuid_column()
+    device_id: orm.Mapped[int] = orm.mapped_column(
+        sa.ForeignKey('devices.id', ondelete='RESTRICT'), nullable=False)
+    cpid_type: orm.Mapped[str] = orm.mapped_column(sa.String(30),
+                                                   nullable=False)
+    # JSON of the address, e.g. {"domain": "0000", "bus": "0c", ...}.
+    cpid_info: orm.Mapped[str] = orm.mapped_column(sa.String(255),
+                                                   nullable=False)
+
+
+class Deployable(TimestampMixin, Base):
+    __tablename__ = 'deployables'
+    __table_args__ = (
+        sa.Index('ix_deployables_device_id', 'device_id'),
+        sa.Index('ix_deployables_rp_uuid', 'rp_uuid'),
+    )
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
+    uuid: orm.Mapped[str] = _uuid_column()
+    parent_id: orm.Mapped[int | None] = orm.mapped_column(
+        sa.ForeignKey('deployables.id', ondelete='RESTRICT'))
+    root_id: orm.Mapped[int | None] = orm.mapped_column(
+        sa.ForeignKey('deployables.id', ondelete='RESTRICT'))
+    name: orm.Mapped[str] = orm.mapped_column(sa.String(255),
+                                              nullable=False)
+    num_accelerators: orm.Mapped[int] = orm.mapped_column(nullable=False)
+    device_id: orm.Mapped[int] = orm.mapped_column(
+        sa.ForeignKey('devices.id', ondelete='RESTRICT'), nullable=False)
+    driver_name: orm.Mapped[str | None] = orm.mapped_column(sa.String(100))
+    rp_uuid: orm.Mapped[str | None] = orm.mapped_column(sa.String(36))
+    bitstream_id: orm.Mapped[str | None] = orm.mapped_column(sa.String(36))
+
+
+class Attribute(TimestampMixin, Base):
+    """A key/value fact about a deployable (resource class, trait, ...)."""
+
+    __tablename__ = 'attributes'
+    __table_args__ = (
+        sa.UniqueConstraint('deployable_id', 'key'),
+        sa.Index('ix_attributes_key', 'key'),
+    )
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
+    uuid: orm.Mapped[str] = _uuid_column()
+    deployable_id: orm.Mapped[int] = orm.mapped_column(
+        sa.ForeignKey('deployables.id', ondelete='RESTRICT'), nullable=False)
+    key: orm.Mapped[str] = orm.mapped_column(sa.String(255), nullable=False)
+    value: orm.Mapped[str] = orm.mapped_column(sa.String(255),
+                                               nullable=False)
+
+
+class AttachHandle(TimestampMixin, Base):
+    """What a VM receives: a PCI function or a mediated device."""
+
+    __tablename__ = 'attach_handles'
+    __table_args__ = (
+        # Allocation looks for a free handle of one deployable.
+        sa.Index('ix_attach_handles_deployable_id_in_use',
+                 'deployable_id', 'in_use'),
+    )
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
+    uuid: orm.Mapped[str] = _uuid_column()
+    deployable_id: orm.Mapped[int] = orm.mapped_column(
+        sa.ForeignKey('deployables.id', ondelete='RESTRICT'), nullable=False)
+    cpid_id: orm.Mapped[int] = orm.mapped_column(
+        sa.ForeignKey('controlpath_ids.id', ondelete='RESTRICT'),
+        nullable=False)
+    # PCI | MDEV | TEST_PCI
+    attach_type: orm.Mapped[str] = orm.mapped_column(sa.String(30),
+                                                     nullable=False)
+    attach_info: orm.Mapped[dict] = orm.mapped_column(JSONText,
+                                                      nullable=False)
+    in_use: orm.Mapped[bool] = orm.mapped_column(
+        sa.Boolean, nullable=False, default=False, server_default=sa.false())
+
+
+class DeviceProfile(TimestampMixin, Base):
+    __tablename__ = 'device_profiles'
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
+    uuid: orm.Mapped[str] = _uuid_column()
+    name: orm.Mapped[str] = orm.mapped_column(sa.String(255), nullable=False,
+                                              unique=True)
+    description: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    # {"groups": [{"resources:FPGA": "1", ...}, ...]}; group order matters.
+    profile_json: orm.Mapped[dict] = orm.mapped_column(JSONText,
+                                                       nullable=False)
+
+
+class ExtendedAcceleratorRequest(TimestampMixin, Base):
+    """An accelerator request (ARQ): one accelerator for one instance."""
+
+    __tablename__ = 'extended_accelerator_requests'
+    __table_args__ = (
+        sa.Index('ix_extended_accelerator_requests_instance_uuid',
+                 'instance_uuid'),
+        sa.Index('ix_extended_accelerator_requests_project_id',
+                 'project_id'),
+        sa.Index('ix_extended_accelerator_requests_device_profile_id',
+                 'device_profile_id'),
+        sa.Index('ix_extended_accelerator_requests_state', 'state'),
+    )
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
+    uuid: orm.Mapped[str] = _uuid_column()
+    project_id: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    state: orm.Mapped[str] = orm.mapped_column(
+        sa.String(32), nullable=False, default='Initial',
+        server_default='Initial')
+    device_profile_id: orm.Mapped[int] = orm.mapped_column(
+        sa.ForeignKey('device_profiles.id', ondelete='RESTRICT'),
+        nullable=False)
+    device_profile_group_id: orm.Mapped[int] = orm.mapped_column(
+        nullable=False)
+    hostname: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    device_rp_uuid: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(36))
+    instance_uuid: orm.Mapped[str | None] = orm.mapped_column(sa.String(36))
+    deployable_id: orm.Mapped[int | None] = orm.mapped_column(
+        sa.ForeignKey('deployables.id', ondelete='RESTRICT'))
+    # Unique: one attach handle is never given to two ARQs.
+    attach_handle_id: orm.Mapped[int | None] = orm.mapped_column(
+        sa.ForeignKey('attach_handles.id', ondelete='RESTRICT'), unique=True)

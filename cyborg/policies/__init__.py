@@ -1,0 +1,15 @@
+"""Policy defaults in code, one module per resource."""
+
+import itertools
+
+from cyborg.policies import arq
+from cyborg.policies import attribute
+from cyborg.policies import deployable
+from cyborg.policies import device
+from cyborg.policies import device_profile
+
+
+def list_rules():
+    return list(itertools.chain(
+        device_profile.rules, arq.rules, device.rules, deployable.rules,
+        attribute.rules))

@@ -1,0 +1,41 @@
+"""Check strings shared by the rules of every resource.
+
+Roles imply each other in Keystone: admin > manager > member > reader.
+The ``service`` role (Nova's service user) stands apart.
+"""
+
+from oslo_policy import policy
+
+ADMIN = 'role:admin'
+SERVICE = 'role:service'
+PROJECT_READER = 'role:reader and project_id:%(project_id)s'
+PROJECT_MEMBER = 'role:member and project_id:%(project_id)s'
+PROJECT_MANAGER = 'role:manager and project_id:%(project_id)s'
+
+PROJECT_READER_OR_ADMIN = '(%s) or %s' % (PROJECT_READER, ADMIN)
+PROJECT_MANAGER_OR_ADMIN = '(%s) or %s' % (PROJECT_MANAGER, ADMIN)
+PROJECT_MEMBER_OR_SERVICE = '(%s) or %s' % (PROJECT_MEMBER, SERVICE)
+
+# What the rules allowed before the new defaults, kept while operators
+# run with [oslo_policy] enforce_new_defaults = False.
+LEGACY_ANYONE = '@'
+LEGACY_ADMIN = 'is_admin:True or role:admin'
+
+DEPRECATED_REASON = (
+    'The rules now know the reader, member, manager and service roles and '
+    'project scope.')
+DEPRECATED_SINCE = '2026.2'
+
+
+def rule(name, check_str, description, operations, legacy):
+    """A project-scoped rule whose legacy default is ``legacy``."""
+    return policy.DocumentedRuleDefault(
+        name=name,
+        check_str=check_str,
+        description=description,
+        operations=[{'method': m, 'path': p} for m, p in operations],
+        scope_types=['project'],
+        deprecated_rule=policy.DeprecatedRule(
+            name=name, check_str=legacy,
+            deprecated_reason=DEPRECATED_REASON,
+            deprecated_since=DEPRECATED_SINCE))

@@ -1,0 +1,19 @@
+"""Rules for /v2/devices."""
+
+from cyborg.policies import base
+
+PATH = '/v2/devices'
+ITEM = PATH + '/{device_uuid}'
+
+rules = [
+    base.rule('cyborg:device:get_all', base.PROJECT_MANAGER_OR_ADMIN,
+              'List devices.', [('GET', PATH)], base.LEGACY_ANYONE),
+    base.rule('cyborg:device:get_one', base.PROJECT_MANAGER_OR_ADMIN,
+              'Show a device.', [('GET', ITEM)], base.LEGACY_ANYONE),
+    base.rule('cyborg:device:disable', base.ADMIN,
+              'Disable a device: its inventory is reserved in Placement.',
+              [('POST', ITEM + '/disable')], base.LEGACY_ADMIN),
+    base.rule('cyborg:device:enable', base.ADMIN,
+              'Enable a device: its inventory is released in Placement.',
+              [('POST', ITEM + '/enable')], base.LEGACY_ADMIN),
+]
