@@ -5,12 +5,12 @@ from oslo_middleware import http_proxy_to_wsgi
 from oslo_middleware import request_id
 import pecan
 
-from cyborg.api.controllers import root
+from cyborg import policy
 from cyborg.api import expose
 from cyborg.api import hooks
+from cyborg.api.controllers import root
 from cyborg.api.middleware import auth
 from cyborg.db import session
-from cyborg import policy
 
 # Headers a browser may send and read across origins.
 CORS_DEFAULTS = {

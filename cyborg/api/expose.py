@@ -24,4 +24,6 @@ class JSONRenderer:
 
 
 def json(**kwargs):
-    return pecan.expose(RENDERER, content_type='application/json', **kwargs)
+    # "renderer:template"; this renderer needs no template.
+    return pecan.expose(RENDERER + ':', content_type='application/json',
+                        **kwargs)

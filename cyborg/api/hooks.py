@@ -7,10 +7,10 @@ from pecan import hooks
 import webob
 from webob import exc as webob_exc
 
-from cyborg.api import microversion
 from cyborg import context as cyborg_context
 from cyborg import exception
 from cyborg import policy
+from cyborg.api import microversion
 
 LOG = logging.getLogger(__name__)
 

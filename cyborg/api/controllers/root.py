@@ -2,10 +2,10 @@
 
 import pecan
 
-from cyborg.api.controllers.v2 import device_profiles
 from cyborg.api import expose
 from cyborg.api import microversion
 from cyborg.api import views
+from cyborg.api.controllers.v2 import device_profiles
 
 
 def _version(request, href):

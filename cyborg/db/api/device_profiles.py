@@ -3,9 +3,9 @@
 from oslo_db import exception as db_exc
 import sqlalchemy as sa
 
-from cyborg.db.api import pagination
-from cyborg.db import models
 from cyborg import exception
+from cyborg.db import models
+from cyborg.db.api import pagination
 
 DeviceProfile = models.DeviceProfile
 
@@ -66,7 +66,7 @@ def create_profiles(context, profiles):
 
 
 def delete_profiles(context, uuids=(), names=()):
-    """Delete the named profiles, all or none: NotFound, or Conflict if used."""
+    """Delete the named profiles, all or none (NotFound, Conflict if used)."""
     wanted = sa.or_(DeviceProfile.uuid.in_(uuids),
                     DeviceProfile.name.in_(names))
     try:

@@ -12,8 +12,8 @@ import uuid
 import os_resource_classes
 import os_traits
 
-from cyborg.api import request_body
 from cyborg import exception
+from cyborg.api import request_body
 
 RESOURCES = 'resources:'
 TRAIT = 'trait:'

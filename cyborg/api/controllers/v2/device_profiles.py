@@ -7,13 +7,13 @@ from pecan import rest
 import wsme
 from wsme import types as wtypes
 
-from cyborg.api.controllers.v2 import device_profile_groups
+from cyborg import exception
 from cyborg.api import collection
 from cyborg.api import expose
 from cyborg.api import request_body
 from cyborg.api import views
+from cyborg.api.controllers.v2 import device_profile_groups
 from cyborg.db.api import device_profiles as db
-from cyborg import exception
 
 # More than this many profiles in one request is surely a mistake.
 MAX_PROFILES_PER_REQUEST = 100
@@ -96,11 +96,14 @@ def _is_uuid(value):
 class DeviceProfilesController(rest.RestController):
 
     @expose.json()
-    def get_all(self, name=None, **params):
+    # Pecan routes by the number of positional arguments: query
+    # parameters come as keywords only.
+    def get_all(self, **params):
         request = pecan.request
         request.authorize('cyborg:device_profile:get_all')
         page = collection.page_params(request, params,
                                       {'name', 'created_at'})
+        name = params.get('name')
         names = _names(name, 'name') if name is not None else None
         rows = db.list_profiles(request.context, names=names, **page)
         return {'device_profiles': [_view(p, request) for p in rows]}
@@ -132,10 +135,14 @@ class DeviceProfilesController(rest.RestController):
         return views_[0] if len(views_) == 1 else views_
 
     @expose.json()
-    def delete(self, key=None, value=None):
+    def delete(self, *keys, **params):
         request = pecan.request
         request.authorize('cyborg:device_profile:delete')
-        if key is not None:
+        if len(keys) > 1:
+            raise exception.NotFound('The resource %s could not be found.'
+                                     % request.path)
+        if keys:
+            key = keys[0]
             if not key:
                 raise exception.Invalid('The device profile to delete has an '
                                         'empty name.')
@@ -145,5 +152,5 @@ class DeviceProfilesController(rest.RestController):
                 db.delete_profiles(request.context, names=[key])
         else:
             db.delete_profiles(request.context,
-                               names=_names(value, 'value'))
+                               names=_names(params.get('value'), 'value'))
         pecan.response.status = 204

@@ -1,0 +1,27 @@
+"""WSGI entry point: ``cyborg.wsgi.api:application``.
+
+Reads the configuration files given by ``CYBORG_CONFIG_FILES`` (comma
+separated) or the default locations of oslo.config.
+"""
+
+import os
+
+from oslo_config import cfg
+from oslo_log import log
+
+from cyborg import conf as cyborg_conf
+from cyborg.api import app as api_app
+
+
+def init_application():
+    conf = cfg.CONF
+    log.register_options(conf)
+    files = os.environ.get('CYBORG_CONFIG_FILES')
+    cyborg_conf.load([], conf=conf,
+                     default_config_files=files.split(',') if files
+                     else None)
+    log.setup(conf, 'cyborg')
+    return api_app.build_app(conf)
+
+
+application = init_application()

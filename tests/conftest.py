@@ -1,0 +1,131 @@
+"""Fixtures shared by every test: configuration, databases, the API."""
+
+import threading
+
+import pytest
+import sqlalchemy as sa
+import webtest
+
+from cyborg import conf as cyborg_conf
+from cyborg import context as cyborg_context
+from cyborg.api import app as api_app
+from cyborg.cmd import api as api_cmd
+from cyborg.db import session
+from tests import db_servers
+
+
+def make_conf(connection, **overrides):
+    """A fresh configuration: noauth, the given database, any overrides.
+
+    ``overrides`` are ``(group, name): value`` or ``name: value`` pairs.
+    """
+    conf = cyborg_conf.load(default_config_files=[])
+    conf.set_override('connection', connection, group='database')
+    conf.set_override('auth_strategy', 'noauth')
+    for key, value in overrides.items():
+        group, name = key if isinstance(key, tuple) else (None, key)
+        conf.set_override(name, value, group=group)
+    return conf
+
+
+def create_schema(url):
+    from cyborg.db import migration
+    migration.upgrade(url)
+
+
+@pytest.fixture(params=db_servers.ENGINES)
+def database_url(request, tmp_path):
+    """An empty database on each engine in turn."""
+    url = db_servers.create_database(request.param, tmp_path)
+    yield url
+    db_servers.drop_database(url)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path):
+    url = db_servers.create_database('sqlite', tmp_path)
+    yield url
+    db_servers.drop_database(url)
+
+
+@pytest.fixture
+def db_url(database_url):
+    """A database on each engine, with the schema migrated to head."""
+    create_schema(database_url)
+    return database_url
+
+
+@pytest.fixture
+def conf(db_url):
+    return make_conf(db_url)
+
+
+@pytest.fixture
+def db(conf):
+    database = session.Database(conf)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def admin_context(db):
+    return cyborg_context.admin_context(db, project_id='admin-project')
+
+
+@pytest.fixture
+def api(conf, db):
+    """The WSGI app under WebTest, sharing ``db`` with the test."""
+    return webtest.TestApp(api_app.build_app(conf, db))
+
+
+class StatementCounter:
+    """Counts the SQL statements an engine runs while ``counting``."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.statements = []
+        sa.event.listen(engine, 'before_cursor_execute', self._seen)
+
+    def _seen(self, conn, cursor, statement, parameters, context, many):
+        self.statements.append(statement)
+
+    def __len__(self):
+        return len(self.statements)
+
+    def reset(self):
+        self.statements.clear()
+
+    def close(self):
+        sa.event.remove(self.engine, 'before_cursor_execute', self._seen)
+
+
+@pytest.fixture
+def sql_counter(db):
+    counter = StatementCounter(db.engine)
+    yield counter
+    counter.close()
+
+
+class ServedAPI:
+    """The API on a real HTTP port of 127.0.0.1, served from a thread."""
+
+    def __init__(self, conf, db):
+        conf.set_override('port', 0, group='api')
+        self.server = api_cmd.make_server(conf, api_app.build_app(conf, db))
+        self.server.prepare()
+        host, port = self.server.bind_addr[:2]
+        self.url = 'http://%s:%d' % (host, port)
+        self._thread = threading.Thread(target=self.server.serve,
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self):
+        self.server.stop()
+        self._thread.join(timeout=10)
+
+
+@pytest.fixture
+def served_api(conf, db):
+    served = ServedAPI(conf, db)
+    yield served
+    served.stop()
