@@ -41,6 +41,16 @@ def database_url(request, tmp_path):
     db_servers.drop_database(url)
 
 
+@pytest.fixture(scope='module', params=db_servers.ENGINES)
+def module_db_url(request, tmp_path_factory):
+    """A migrated database on each engine, shared by a module's tests."""
+    url = db_servers.create_database(request.param,
+                                     tmp_path_factory.mktemp('db'))
+    create_schema(url)
+    yield url
+    db_servers.drop_database(url)
+
+
 @pytest.fixture
 def sqlite_url(tmp_path):
     url = db_servers.create_database('sqlite', tmp_path)
@@ -79,7 +89,10 @@ def api(conf, db):
 
 
 class StatementCounter:
-    """Counts the SQL statements an engine runs while ``counting``."""
+    """Counts the SQL queries an engine runs (not BEGIN and friends)."""
+
+    TRANSACTION_CONTROL = ('BEGIN', 'COMMIT', 'ROLLBACK', 'SAVEPOINT',
+                           'RELEASE')
 
     def __init__(self, engine):
         self.engine = engine
@@ -87,7 +100,9 @@ class StatementCounter:
         sa.event.listen(engine, 'before_cursor_execute', self._seen)
 
     def _seen(self, conn, cursor, statement, parameters, context, many):
-        self.statements.append(statement)
+        if not statement.lstrip().upper().startswith(
+                self.TRANSACTION_CONTROL):
+            self.statements.append(statement)
 
     def __len__(self):
         return len(self.statements)

@@ -11,6 +11,7 @@ from cyborg import context as cyborg_context
 from cyborg import exception
 from cyborg import policy
 from cyborg.api import microversion
+from cyborg.api import request_body
 
 LOG = logging.getLogger(__name__)
 
@@ -39,9 +40,12 @@ class RequestHook(hooks.PecanHook):
         request.app_state = self.app_state
         request.version = None
         if _is_versioned(request.path_info):
+            # Set first so that a 406 for a bad header still carries the
+            # version headers.
             request.version = microversion.MIN_VERSION
             request.version = microversion.requested(
                 request.headers.get(microversion.HEADER))
+        request_body.parse_early(request)
         request.context = cyborg_context.RequestContext.from_environ(
             request.environ, db=self.app_state.db)
 

@@ -13,19 +13,43 @@ class UnsupportedMediaType(exception.CyborgError):
     code = 'cyborg.unsupported_media_type'
 
 
-def load_json(request):
-    """The JSON document in the request body."""
-    content_type = (request.content_type or '').split(';')[0].strip()
-    if content_type != 'application/json':
-        raise UnsupportedMediaType(
-            'The request body must be JSON sent as application/json, not %s.'
-            % (content_type or 'a body without a content type'))
+_PARSED = 'cyborg.json_body'
+
+
+def is_json(request):
+    return (request.content_type or '').split(';')[0].strip() == (
+        'application/json')
+
+
+def parse_early(request):
+    """Parse a JSON body before pecan does, so that bad JSON is our 400.
+
+    (Pecan reads JSON bodies into controller arguments and answers bad
+    ones with its own HTML error.)
+    """
+    if is_json(request) and request.body:
+        request.environ[_PARSED] = _parse(request.body)
+
+
+def _parse(body):
     try:
-        return json.loads(request.body)
-    except (ValueError, UnicodeDecodeError) as e:
+        return json.loads(body)
+    except ValueError as e:
         raise exception.Invalid(
             'The request body is not valid JSON: %s.' % e,
             code='cyborg.body_not_json') from None
+
+
+def load_json(request):
+    """The JSON document in the request body."""
+    if not is_json(request):
+        content_type = (request.content_type or '').split(';')[0].strip()
+        raise UnsupportedMediaType(
+            'The request body must be JSON sent as application/json, not %s.'
+            % (content_type or 'a body without a content type'))
+    if _PARSED in request.environ:
+        return request.environ[_PARSED]
+    return _parse(request.body)
 
 
 def from_wsme(wstype, data, what):
@@ -34,7 +58,7 @@ def from_wsme(wstype, data, what):
         raise exception.Invalid('Each %s must be a JSON object, not %s.'
                                 % (what, json_type(data)))
     try:
-        return wsme_json.fromjson(wstype, data)
+        value = wsme_json.fromjson(wstype, data)
     except wsme.exc.UnknownAttribute as e:
         raise exception.Invalid(
             'A %s has no field %s.' % (what, ', '.join(sorted(e.attributes))),
@@ -50,6 +74,13 @@ def from_wsme(wstype, data, what):
     except ValueError as e:
         raise exception.Invalid('The %s is invalid: %s.' % (what, e)) \
             from None
+    # WSME takes an explicit null as a value, even for mandatory fields.
+    for attr in wsme.types.list_attributes(wstype):
+        if attr.mandatory and getattr(value, attr.key) is None:
+            raise exception.Invalid(
+                'The %s field %s must not be null.' % (what, attr.name),
+                code='cyborg.invalid_field')
+    return value
 
 
 def json_type(value):

@@ -11,20 +11,22 @@ def paginate(session, stmt, model, limit=None, marker=None,
 
     ``marker`` is the uuid of the last item of the previous page.
     """
-    column = getattr(model, sort_key)
+    # The id breaks ties, so that pages neither repeat nor skip rows.
+    keys = [getattr(model, sort_key)]
+    if sort_key != 'id':
+        keys.append(model.id)
     direction = sa.asc if sort_dir == 'asc' else sa.desc
     if marker is not None:
         row = session.execute(
-            sa.select(column, model.id).where(model.uuid == marker)
-        ).one_or_none()
+            sa.select(*keys).where(model.uuid == marker)).one_or_none()
         if row is None:
             raise exception.NotFound(
                 'The marker %s does not name an item of this collection.'
                 % marker, code='cyborg.marker_not_found')
-        after = sa.tuple_(column, model.id) > tuple(row)
-        before = sa.tuple_(column, model.id) < tuple(row)
-        stmt = stmt.where(after if sort_dir == 'asc' else before)
-    stmt = stmt.order_by(direction(column), direction(model.id))
+        position = sa.tuple_(*keys)
+        stmt = stmt.where(position > tuple(row) if sort_dir == 'asc'
+                          else position < tuple(row))
+    stmt = stmt.order_by(*[direction(key) for key in keys])
     if limit is not None:
         stmt = stmt.limit(limit)
     return stmt

@@ -1,0 +1,272 @@
+"""Bad input gets a 4xx, a sentence naming the problem, and changes nothing.
+
+Each case is sent to the real app on each database engine; afterwards
+every table must hold exactly what it held before.
+"""
+
+import json
+
+import pytest
+import sqlalchemy as sa
+import webtest
+
+from cyborg.api import app as api_app
+from cyborg.db import models
+from cyborg.db import session
+from tests import conftest
+
+DP = '/v2/device_profiles'
+GOOD_GROUP = {'resources:FPGA': '1', 'trait:CUSTOM_FAKE_DEVICE': 'required'}
+
+
+def profile(**fields):
+    body = {'name': 'dp-malformed', 'groups': [dict(GOOD_GROUP)]}
+    body.update(fields)
+    return body
+
+
+def without(field):
+    body = profile()
+    del body[field]
+    return body
+
+
+def group(**items):
+    """A profile whose single group is GOOD_GROUP plus ``items``."""
+    g = dict(GOOD_GROUP)
+    g.update(items)
+    return [profile(groups=[g])]
+
+
+def raw_group(g):
+    return [profile(groups=[g])]
+
+
+# (case id, method, path, body (JSON-able, or bytes sent as is),
+#  extra headers, expected status, a word the message must contain)
+CASES = [
+    # The body itself.
+    ('not-json', 'POST', DP, b'{"name": ', {}, 400, 'JSON'),
+    ('not-utf8', 'POST', DP, b'\xff\xfe[]', {}, 400, 'JSON'),
+    ('text-plain', 'POST', DP, [profile()],
+     {'Content-Type': 'text/plain'}, 415, 'application/json'),
+    ('no-content-type', 'POST', DP, [profile()], {'Content-Type': ''},
+     415, 'application/json'),
+    ('object-not-array', 'POST', DP, profile(), {}, 400, 'array'),
+    ('empty-array', 'POST', DP, [], {}, 400, 'empty'),
+    ('null-body', 'POST', DP, None, {}, 400, 'array'),
+    ('string-body', 'POST', DP, 'dp', {}, 400, 'array'),
+    ('null-item', 'POST', DP, [None], {}, 400, 'object'),
+    ('string-item', 'POST', DP, ['dp'], {}, 400, 'object'),
+    ('array-item', 'POST', DP, [[]], {}, 400, 'object'),
+    ('unknown-key', 'POST', DP, [profile(colour='blue')], {}, 400,
+     'colour'),
+    ('same-name-twice', 'POST', DP, [profile(), profile()], {}, 400,
+     'twice'),
+    # name
+    ('name-missing', 'POST', DP, [without('name')], {}, 400, 'name'),
+    ('name-null', 'POST', DP, [profile(name=None)], {}, 400, 'name'),
+    ('name-number', 'POST', DP, [profile(name=5)], {}, 400, 'name'),
+    ('name-bool', 'POST', DP, [profile(name=True)], {}, 400, 'name'),
+    ('name-list', 'POST', DP, [profile(name=['a'])], {}, 400, 'name'),
+    ('name-empty', 'POST', DP, [profile(name='')], {}, 400, 'name'),
+    ('name-256', 'POST', DP, [profile(name='n' * 256)], {}, 400, 'name'),
+    ('name-space', 'POST', DP, [profile(name='a b')], {}, 400, 'name'),
+    ('name-slash', 'POST', DP, [profile(name='a/b')], {}, 400, 'name'),
+    ('name-unicode', 'POST', DP, [profile(name='na\u00efve')], {}, 400,
+     'name'),
+    # description and uuid
+    ('description-number', 'POST', DP, [profile(description=5)], {}, 400,
+     'description'),
+    ('description-object', 'POST', DP, [profile(description={})], {}, 400,
+     'description'),
+    ('description-too-long', 'POST', DP, [profile(description='d' * 1025)],
+     {}, 400, 'description'),
+    ('uuid-bad', 'POST', DP, [profile(uuid='not-a-uuid')], {}, 400, 'uuid'),
+    ('uuid-number', 'POST', DP, [profile(uuid=5)], {}, 400, 'uuid'),
+    ('uuid-empty', 'POST', DP, [profile(uuid='')], {}, 400, 'uuid'),
+    # groups
+    ('groups-missing', 'POST', DP, [without('groups')], {}, 400, 'groups'),
+    ('groups-null', 'POST', DP, [profile(groups=None)], {}, 400, 'groups'),
+    ('groups-string', 'POST', DP, [profile(groups='x')], {}, 400,
+     'groups'),
+    ('groups-object', 'POST', DP, [profile(groups={})], {}, 400, 'groups'),
+    ('groups-empty', 'POST', DP, [profile(groups=[])], {}, 400, 'groups'),
+    ('group-null', 'POST', DP, [profile(groups=[None])], {}, 400, 'Group 0'),
+    ('group-string', 'POST', DP, [profile(groups=['x'])], {}, 400,
+     'Group 0'),
+    ('group-empty', 'POST', DP, [profile(groups=[{}])], {}, 400, 'Group 0'),
+    ('second-group-bad', 'POST', DP,
+     [profile(groups=[dict(GOOD_GROUP), {'resources:FPGA': 'x'}])], {}, 400,
+     'resources:FPGA'),
+    # key prefixes
+    ('prefix-resource', 'POST', DP, group(**{'resource:FPGA': '1'}), {},
+     400, 'resource:FPGA'),
+    ('prefix-none', 'POST', DP, group(FPGA='1'), {}, 400, 'FPGA'),
+    ('prefix-bare-resources', 'POST', DP, group(**{'resources:': '1'}), {},
+     400, 'resources:'),
+    ('prefix-bare-trait', 'POST', DP, group(**{'trait:': 'required'}), {},
+     400, 'trait:'),
+    ('prefix-bare-accel', 'POST', DP, group(**{'accel:': 'x'}), {}, 400,
+     'accel:'),
+    # resources: counts and classes
+    ('count-zero', 'POST', DP, raw_group({'resources:FPGA': '0'}), {}, 400,
+     'resources:FPGA'),
+    ('count-negative', 'POST', DP, raw_group({'resources:FPGA': '-1'}), {},
+     400, 'resources:FPGA'),
+    ('count-fraction', 'POST', DP, raw_group({'resources:FPGA': '1.5'}), {},
+     400, 'resources:FPGA'),
+    ('count-word', 'POST', DP, raw_group({'resources:FPGA': 'one'}), {},
+     400, 'resources:FPGA'),
+    ('count-empty', 'POST', DP, raw_group({'resources:FPGA': ''}), {}, 400,
+     'resources:FPGA'),
+    ('count-null', 'POST', DP, raw_group({'resources:FPGA': None}), {}, 400,
+     'resources:FPGA'),
+    ('count-bool', 'POST', DP, raw_group({'resources:FPGA': True}), {}, 400,
+     'resources:FPGA'),
+    ('count-float', 'POST', DP, raw_group({'resources:FPGA': 1.5}), {}, 400,
+     'resources:FPGA'),
+    ('count-list', 'POST', DP, raw_group({'resources:FPGA': ['1']}), {},
+     400, 'resources:FPGA'),
+    ('count-huge', 'POST', DP, raw_group({'resources:FPGA': '9' * 20}), {},
+     400, 'resources:FPGA'),
+    ('class-unknown', 'POST', DP, raw_group({'resources:WIDGET': '1'}), {},
+     400, 'resources:WIDGET'),
+    ('class-illegal', 'POST', DP,
+     raw_group({'resources:CUSTOM_A B': '1'}), {}, 400, 'resources:CUSTOM'),
+    ('same-class-twice', 'POST', DP,
+     raw_group({'resources:custom-gpu': '1', 'resources:CUSTOM_GPU': '2'}),
+     {}, 400, 'twice'),
+    # trait: values and names
+    ('trait-yes', 'POST', DP, group(**{'trait:CUSTOM_X': 'yes'}), {}, 400,
+     'trait:CUSTOM_X'),
+    ('trait-upper', 'POST', DP, group(**{'trait:CUSTOM_X': 'REQUIRED'}), {},
+     400, 'trait:CUSTOM_X'),
+    ('trait-null', 'POST', DP, group(**{'trait:CUSTOM_X': None}), {}, 400,
+     'trait:CUSTOM_X'),
+    ('trait-number', 'POST', DP, group(**{'trait:CUSTOM_X': 1}), {}, 400,
+     'trait:CUSTOM_X'),
+    ('trait-unknown', 'POST', DP, group(**{'trait:NOT_A_TRAIT': 'required'}),
+     {}, 400, 'trait:NOT_A_TRAIT'),
+    # accel: keys and values
+    ('accel-unknown', 'POST', DP, group(**{'accel:video_ram': '2GB'}), {},
+     400, 'accel:video_ram'),
+    ('accel-bitstream-id', 'POST', DP, group(**{'accel:bitstream_id': 'x'}),
+     {}, 400, 'accel:bitstream_id'),
+    ('accel-function-id', 'POST', DP, group(**{'accel:function_id': '3AFB'}),
+     {}, 400, 'accel:function_id'),
+    ('accel-bitstream-name', 'POST', DP,
+     group(**{'accel:bitstream_name': 'a b'}), {}, 400,
+     'accel:bitstream_name'),
+    ('accel-function-name', 'POST', DP,
+     group(**{'accel:function_name': ''}), {}, 400, 'accel:function_name'),
+    ('accel-attach-target', 'POST', DP,
+     group(**{'accel:attach_target': 'vm'}), {}, 400, 'accel:attach_target'),
+    ('accel-null', 'POST', DP, group(**{'accel:function_name': None}), {},
+     400, 'accel:function_name'),
+    ('accel-number', 'POST', DP, group(**{'accel:bitstream_id': 7}), {}, 400,
+     'accel:bitstream_id'),
+    # Microversions.
+    ('version-3', 'GET', DP, None,
+     {'OpenStack-API-Version': 'accelerator 3.0'}, 406, '3.0'),
+    ('version-too-new', 'GET', DP, None,
+     {'OpenStack-API-Version': 'accelerator 2.99'}, 406, '2.99'),
+    ('version-too-old', 'GET', DP, None,
+     {'OpenStack-API-Version': 'accelerator 1.9'}, 406, '1.9'),
+    ('version-no-minor', 'GET', DP, None,
+     {'OpenStack-API-Version': 'accelerator 2'}, 406, '2'),
+    ('version-word', 'GET', DP, None,
+     {'OpenStack-API-Version': 'accelerator newest'}, 406, 'newest'),
+    ('version-on-post', 'POST', DP, [profile()],
+     {'OpenStack-API-Version': 'accelerator 2.x'}, 406, '2.x'),
+    ('by-name-before-2.2', 'GET', DP + '/dp-malformed', None, {}, 406,
+     '2.2'),
+    # Query parameters and paths.
+    ('limit-zero', 'GET', DP + '?limit=0', None, {}, 400, 'limit'),
+    ('limit-word', 'GET', DP + '?limit=ten', None, {}, 400, 'limit'),
+    ('marker-bad', 'GET', DP + '?marker=zzz', None, {}, 400, 'marker'),
+    ('marker-unknown', 'GET',
+     DP + '?marker=7a0b1c2d-0000-4000-8000-000000000000', None, {}, 404,
+     'marker'),
+    ('sort-key-bad', 'GET', DP + '?sort_key=password', None, {}, 400,
+     'sort_key'),
+    ('sort-dir-bad', 'GET', DP + '?sort_dir=sideways', None, {}, 400,
+     'sort_dir'),
+    ('name-filter-empty', 'GET', DP + '?name=', None, {}, 400, 'name'),
+    ('delete-no-name', 'DELETE', DP, None, {}, 400, 'value'),
+    ('delete-empty-value', 'DELETE', DP + '?value=', None, {}, 400,
+     'value'),
+    ('delete-empty-path', 'DELETE', DP + '/', None, {}, 400, 'name'),
+    ('delete-unknown-uuid', 'DELETE',
+     DP + '/7a0b1c2d-0000-4000-8000-000000000000', None, {}, 404,
+     '7a0b1c2d-0000-4000-8000-000000000000'),
+    ('delete-unknown-name', 'DELETE', DP + '?value=existing,ghost', None, {},
+     404, 'ghost'),
+    ('get-unknown-uuid', 'GET', DP + '/7a0b1c2d-0000-4000-8000-000000000000',
+     None, {}, 404, '7a0b1c2d'),
+    ('put-collection', 'PUT', DP, [profile()], {}, 405, 'PUT'),
+    ('unknown-path', 'GET', '/v2/widgets', None, {}, 404, '/v2/widgets'),
+]
+
+
+@pytest.fixture(scope='module')
+def app_and_db(module_db_url):
+    conf = conftest.make_conf(module_db_url)
+    db = session.Database(conf)
+    app = webtest.TestApp(api_app.build_app(conf, db))
+    # One profile exists, so that deletes naming it next to an unknown
+    # name must leave it in place.
+    app.post_json(DP, [{'name': 'existing', 'groups': [GOOD_GROUP]}])
+    yield app, db
+    db.dispose()
+
+
+def snapshot(db):
+    """Every row of every table, to compare before and after a request."""
+    with db.engine.connect() as conn:
+        return {
+            table.name: sorted(
+                tuple(str(v) for v in row)
+                for row in conn.execute(sa.select(table)))
+            for table in models.Base.metadata.sorted_tables}
+
+
+def send(app, method, path, body, headers):
+    headers = dict(headers)
+    if isinstance(body, bytes):
+        params = body
+        headers.setdefault('Content-Type', 'application/json')
+    elif method in ('POST', 'PUT', 'PATCH'):
+        params = json.dumps(body).encode()
+        headers.setdefault('Content-Type', 'application/json')
+    else:
+        params = ''
+    if headers.get('Content-Type') == '':
+        del headers['Content-Type']
+    return app.request(path, method=method, body=params or b'',
+                       headers=headers, expect_errors=True)
+
+
+@pytest.mark.parametrize(
+    'method,path,body,headers,status,word',
+    [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+def test_malformed_request_is_refused_cleanly(
+        app_and_db, method, path, body, headers, status, word):
+    app, db = app_and_db
+    before = snapshot(db)
+
+    response = send(app, method, path, body, headers)
+
+    assert response.status_int == status, response.body
+    assert response.content_type == 'application/json'
+    message = response.json['error_message']
+    # A plain sentence, not a JSON document inside a string.
+    assert message.endswith('.') and len(message) > 15, message
+    assert not message.lstrip().startswith(('{', '[')), message
+    assert word in message, message
+    assert snapshot(db) == before
+
+
+def test_case_ids_are_unique():
+    ids = [case[0] for case in CASES]
+    assert len(ids) == len(set(ids))
