@@ -10,8 +10,9 @@ from oslo_config import cfg
 from cyborg.conf import api
 from cyborg.conf import database
 from cyborg.conf import default
+from cyborg.conf import keystone_authtoken
 
-_GROUP_MODULES = (default, api, database)
+_GROUP_MODULES = (default, api, database, keystone_authtoken)
 
 
 def register_opts(conf):

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The single-machine mode in one command: install into .venv, start the
+# service in the background (SQLite, no auth, API on 127.0.0.1), and show it
+# working by creating and listing a device profile.
+#   tools/quickstart.sh         install, start (or reuse) and demonstrate
+#   tools/quickstart.sh stop    stop the service started here
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${CYBORG_VENV:-$PWD/.venv}
+STATE=${CYBORG_STATE_DIR:-$PWD/state}
+PORT=${CYBORG_PORT:-6666}
+URL=http://127.0.0.1:$PORT
+PIDFILE=$STATE/all-in-one.pid
+
+running() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+
+if [ "${1:-}" = stop ]; then
+  if running; then kill "$(cat "$PIDFILE")"; echo "stopped"; else echo "not running"; fi
+  rm -f "$PIDFILE"
+  exit 0
+fi
+
+echo "==> installing into $VENV"
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/pip" install -q --upgrade pip
+"$VENV/bin/pip" install -q -e .
+
+mkdir -p "$STATE"
+if running; then
+  echo "==> already running (pid $(cat "$PIDFILE"))"
+else
+  echo "==> starting cyborg-all-in-one (state in $STATE)"
+  nohup "$VENV/bin/cyborg-all-in-one" --state-dir "$STATE" --port "$PORT" \
+    > "$STATE/all-in-one.out" 2>&1 &
+  echo $! > "$PIDFILE"
+fi
+for _ in $(seq 1 60); do
+  curl -sf "$URL/v2" > /dev/null && break
+  running || { cat "$STATE/all-in-one.out"; exit 1; }
+  sleep 0.5
+done
+
+show() { "$VENV/bin/python" -m json.tool; }
+echo "==> GET $URL/v2"
+curl -sf "$URL/v2" | show
+echo "==> POST $URL/v2/device_profiles (demo-fpga)"
+curl -s -X POST -H 'Content-Type: application/json' "$URL/v2/device_profiles" \
+  -d '[{"name": "demo-fpga", "description": "one FPGA with the fake trait",
+        "groups": [{"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"}]}]' | show
+echo "==> GET $URL/v2/device_profiles"
+curl -sf "$URL/v2/device_profiles" | show
+echo
+echo "The API is serving on $URL (pid $(cat "$PIDFILE"), log $STATE/cyborg.log)."
+echo "Stop it with: tools/quickstart.sh stop"

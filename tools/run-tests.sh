@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: install the service and its test
+# dependencies into .venv-test, check style, then run every test against the
+# real MariaDB, PostgreSQL (and, as they land, RabbitMQ, Placement, Keystone)
+# on 127.0.0.1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${CYBORG_TEST_VENV:-$PWD/.venv-test}
+
+echo "==> installing into $VENV"
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/pip" install -q --upgrade pip
+"$VENV/bin/pip" install -q -r requirements.txt -r test-requirements.txt -e .
+
+tools/ensure-services.sh
+
+echo "==> ruff"
+"$VENV/bin/ruff" check cyborg tests tools
+
+echo "==> pytest"
+"$VENV/bin/pytest" -q -n "${CYBORG_TEST_WORKERS:-2}" tests "$@"
