@@ -1,0 +1,1 @@
+"""Plain domain objects, and the payload that agents report to conductors."""

@@ -1,0 +1,108 @@
+"""What a driver discovers and an agent reports: the host inventory.
+
+A ``HostInventory`` is the whole truth about one host at one moment. It
+travels over RPC as plain JSON (``to_dict``/``from_dict``) and the
+conductor diffs it against the database. Every object has a natural key
+that is stable across reports, so that an unchanged host yields an
+unchanged snapshot.
+"""
+
+import dataclasses
+
+# Device types of the API (Device.type).
+DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
+# What a VM is given (AttachHandle.attach_type).
+ATTACH_TYPES = ('PCI', 'MDEV', 'TEST_PCI')
+
+
+@dataclasses.dataclass(frozen=True)
+class PCIAddress:
+    domain: str  # '0000'
+    bus: str  # '0c'
+    device: str  # '00'
+    function: str  # '0'
+
+    @classmethod
+    def parse(cls, text):
+        """From ``0000:0c:00.0``."""
+        domain, bus, rest = text.lower().split(':')
+        device, function = rest.split('.')
+        return cls(domain, bus, device, function)
+
+    def __str__(self):
+        return '%s:%s:%s.%s' % (self.domain, self.bus, self.device,
+                                self.function)
+
+    def as_info(self):
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class AttachHandle:
+    """Something a VM can be given: a PCI function or a mediated device."""
+
+    attach_type: str
+    # Strings only: domain, bus, device, function for PCI; plus
+    # physical_network for NICs; asked_type and vgpu_mark for MDEV.
+    attach_info: dict
+
+    @property
+    def key(self):
+        return (self.attach_type, tuple(sorted(self.attach_info.items())))
+
+
+@dataclasses.dataclass
+class Deployable:
+    """The unit Placement sees: one resource provider with one inventory."""
+
+    name: str  # unique on the host; the RP is "<host>_<name>"
+    num_accelerators: int
+    resource_class: str  # 'FPGA', 'PGPU', 'VGPU', 'CUSTOM_QAT', ...
+    driver_name: str
+    traits: list = dataclasses.field(default_factory=list)
+    attach_handles: list = dataclasses.field(default_factory=list)
+    # Extra key/value facts (bitstream, function, region, ...).
+    attributes: dict = dataclasses.field(default_factory=dict)
+    # Name of the parent deployable on the same device, for nested ones
+    # (an FPGA region inside its board); None for a root.
+    parent: str | None = None
+
+
+@dataclasses.dataclass
+class Device:
+    """A physical accelerator, addressed through its control path."""
+
+    type: str
+    vendor: str  # PCI vendor id, e.g. '10de'
+    model: str
+    # How the host addresses the device: ('PCI', PCI address info).
+    controlpath_type: str
+    controlpath_info: dict
+    std_board_info: dict = dataclasses.field(default_factory=dict)
+    vendor_board_info: dict = dataclasses.field(default_factory=dict)
+    deployables: list = dataclasses.field(default_factory=list)
+
+    @property
+    def key(self):
+        return (self.controlpath_type,
+                tuple(sorted(self.controlpath_info.items())))
+
+
+@dataclasses.dataclass
+class HostInventory:
+    hostname: str
+    devices: list = dataclasses.field(default_factory=list)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data):
+        devices = []
+        for d in data['devices']:
+            deployables = [
+                Deployable(**{**dep, 'attach_handles': [
+                    AttachHandle(**h) for h in dep['attach_handles']]})
+                for dep in d['deployables']]
+            devices.append(Device(**{**d, 'deployables': deployables}))
+        return cls(hostname=data['hostname'], devices=devices)
