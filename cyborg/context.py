@@ -19,6 +19,8 @@ class RequestContext(context.RequestContext):
         values = super().to_policy_values()
         # Lets policy rules say "project_id:%(project_id)s" for the caller.
         values.setdefault('project_id', self.project_id)
+        # The legacy admin rule checks it; oslo.context leaves it out.
+        values['is_admin'] = self.is_admin
         return values
 
 

@@ -2,6 +2,7 @@
 
 import threading
 
+from oslo_policy import opts as oslo_policy_opts
 import pytest
 import sqlalchemy as sa
 import webtest
@@ -20,6 +21,10 @@ def make_conf(connection, **overrides):
     ``overrides`` are ``(group, name): value`` or ``name: value`` pairs.
     """
     conf = cyborg_conf.load(default_config_files=[])
+    oslo_policy_opts.set_defaults(conf)
+    # A policy file left on the machine must not change what tests see.
+    conf.set_override('policy_file', '/nonexistent/cyborg-policy.yaml',
+                      group='oslo_policy')
     conf.set_override('connection', connection, group='database')
     conf.set_override('auth_strategy', 'noauth')
     for key, value in overrides.items():

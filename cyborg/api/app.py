@@ -10,23 +10,8 @@ from cyborg.api import expose
 from cyborg.api import hooks
 from cyborg.api.controllers import root
 from cyborg.api.middleware import auth
+from cyborg.conf import cors as cors_conf
 from cyborg.db import session
-
-# Headers a browser may send and read across origins.
-CORS_DEFAULTS = {
-    'allow_headers': ['X-Auth-Token', 'X-Identity-Status', 'X-Roles',
-                      'X-Service-Catalog', 'X-User-Id', 'X-Tenant-Id',
-                      'X-OpenStack-Request-ID', 'OpenStack-API-Version'],
-    'expose_headers': ['X-Auth-Token', 'X-Subject-Token', 'X-Service-Token',
-                       'X-OpenStack-Request-ID', 'OpenStack-API-Version',
-                       'OpenStack-API-Minimum-Version',
-                       'OpenStack-API-Maximum-Version'],
-    'allow_methods': ['GET', 'PUT', 'POST', 'DELETE', 'PATCH'],
-}
-
-
-def set_cors_defaults():
-    cors.set_defaults(**CORS_DEFAULTS)
 
 
 def build_app(conf, db=None):
@@ -48,7 +33,7 @@ def build_app(conf, db=None):
     else:
         app = auth.NoAuth(app)
     app = request_id.RequestId(app)
-    set_cors_defaults()
+    cors_conf.set_defaults()
     app = cors.CORS(app, conf)
     app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
     return app

@@ -97,7 +97,13 @@ def _add_version_headers(request, response):
 
 
 def error_response(status, message, code):
-    """The contract's error body: ``{"error_message": ..., "code": ...}``."""
-    body = json.dumps({'error_message': message, 'code': code})
+    """The contract's error body, ``{"error_message": ...}``, and more.
+
+    ``message`` repeats the sentence because openstacksdk (and so the
+    ``openstack`` CLI) shows only a ``message`` key; ``code`` is stable
+    for programs.
+    """
+    body = json.dumps({'error_message': message, 'message': message,
+                       'code': code})
     return webob.Response(status=status, body=body.encode(),
                           content_type='application/json', charset='UTF-8')

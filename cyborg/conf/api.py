@@ -2,7 +2,8 @@
 
 from oslo_config import cfg
 
-group = cfg.OptGroup('api', title='REST API options')
+GROUP = 'api'
+TITLE = 'REST API options'
 
 opts = [
     cfg.HostAddressOpt('host_ip',
@@ -28,9 +29,12 @@ opts = [
 
 
 def register_opts(conf):
-    conf.register_group(group)
-    conf.register_opts(opts, group=group)
+    # A new OptGroup each time: oslo.config keeps overrides on the group
+    # object, and a shared one would leak them from one ConfigOpts to the
+    # next.
+    conf.register_group(cfg.OptGroup(GROUP, title=TITLE))
+    conf.register_opts(opts, group=GROUP)
 
 
 def list_opts():
-    return {group: opts}
+    return {cfg.OptGroup(GROUP, title=TITLE): opts}

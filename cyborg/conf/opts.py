@@ -2,24 +2,34 @@
 
 import copy
 
+from oslo_config import cfg
 from oslo_db import options as db_options
 
 from cyborg.conf import api
+from cyborg.conf import cors
 from cyborg.conf import database
 from cyborg.conf import default
+from cyborg.conf import gpu_devices
+from cyborg.conf import intel_nic
+from cyborg.conf import pci
+from cyborg.conf import placement
 
 
 def list_opts():
     """Every option group of the service, as the generator wants them."""
     groups = {}
-    for module in (default, api):
+    for module in (default, api, placement, pci, gpu_devices, intel_nic):
         for group, opts in module.list_opts().items():
             groups.setdefault(group, []).extend(opts)
     return [(group, copy.deepcopy(opts)) for group, opts in groups.items()]
 
 
 def update_defaults():
-    """Let the generator show the service's defaults for library options."""
-    from oslo_config import cfg
-    db_options.set_defaults(cfg.CONF,
-                            connection=database.DEFAULT_CONNECTION)
+    """Let the generator show the service's defaults for library options.
+
+    The generator reads the defaults of the library's option objects, so
+    they are changed there, not on a ConfigOpts.
+    """
+    cfg.set_defaults(db_options.database_opts,
+                     connection=database.DEFAULT_CONNECTION)
+    cors.set_defaults()

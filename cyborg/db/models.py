@@ -36,7 +36,8 @@ class JSONText(sa.types.TypeDecorator):
     cache_ok = True
 
     def process_bind_param(self, value, dialect):
-        return None if value is None else json.dumps(value, sort_keys=True)
+        # Key order is kept: clients read back what they sent.
+        return None if value is None else json.dumps(value)
 
     def process_result_value(self, value, dialect):
         return None if value is None else json.loads(value)

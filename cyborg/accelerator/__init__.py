@@ -1,0 +1,1 @@
+"""Accelerators on this host: the drivers that find and prepare them."""

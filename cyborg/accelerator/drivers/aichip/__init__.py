@@ -1,0 +1,1 @@
+"""AI chip (NPU) drivers."""

@@ -1,0 +1,64 @@
+"""xilinx_fpga_driver: Xilinx Alveo cards, a management and a user PF.
+
+The management function (``MGMT_TO_USER`` keys) is the control path and
+the device; the user function next to it (same slot, next function, the
+paired id) is what a VM gets. A card whose user function is missing runs
+only its factory image: it is reported without deployables until a shell
+is flashed.
+
+One deployable ``fpga_<management address>``, resource class ``FPGA``,
+one PCI attach handle (the user function). Traits ``CUSTOM_FPGA_XILINX``
+and ``CUSTOM_FPGA_PRODUCT_ID_<management id>``.
+"""
+
+from cyborg.accelerator.drivers import base
+from cyborg.accelerator.drivers import pci
+from cyborg.accelerator.drivers import traits
+from cyborg.objects import inventory
+
+VENDOR_ID = '10ee'
+# Shells report their functions as processing accelerators or, on some
+# older ones, as "memory controller, other".
+FPGA_CLASSES = (pci.CLASS_PROCESSING_ACCELERATOR, '0580')
+MGMT_TO_USER = {
+    '5000': '5001',  # Alveo U200
+    '5004': '5005',  # Alveo U250
+    '500c': '500d',  # Alveo U280
+    '5020': '5021',  # Alveo U50
+    '505c': '505d',  # Alveo U55C
+}
+
+
+def _is_management(function):
+    return (function.vendor_id == VENDOR_ID
+            and function.device_id in MGMT_TO_USER
+            and function.pci_class in FPGA_CLASSES
+            and not function.is_vf)
+
+
+class XilinxFPGADriver(base.AcceleratorDriver):
+    name = 'xilinx_fpga_driver'
+    device_type = 'FPGA'
+
+    def discover(self):
+        functions = self.pci.functions()
+        by_address = base.functions_by_address(functions)
+        return [self._device(mgmt, by_address)
+                for mgmt in functions if _is_management(mgmt)]
+
+    def _device(self, mgmt, by_address):
+        address = mgmt.address
+        user = by_address.get(inventory.PCIAddress(
+            address.domain, address.bus, address.device,
+            str(int(address.function) + 1)))
+        if user is None or user.device_id != MGMT_TO_USER[mgmt.device_id]:
+            return base.pci_device('FPGA', mgmt, [])
+        deployable = inventory.Deployable(
+            name=traits.deployable_name('fpga', address),
+            num_accelerators=1,
+            resource_class='FPGA',
+            driver_name=self.name,
+            traits=traits.device_traits('FPGA', mgmt),
+            attach_handles=[base.pci_attach_handle(user.address)])
+        return base.pci_device('FPGA', mgmt, [deployable],
+                               user_function=str(user.address))

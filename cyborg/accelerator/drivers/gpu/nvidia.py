@@ -1,0 +1,156 @@
+"""nvidia_gpu_driver: NVIDIA GPUs, whole (PGPU) or cut into vGPUs (VGPU).
+
+A GPU is a physical function of vendor 10de with a VGA or 3D controller
+class; its audio, USB and serial functions, NVSwitch bridges and its SR-IOV
+virtual functions are not GPUs.
+
+- Not configured for vGPU: one deployable ``pgpu_<address>``, resource
+  class ``PGPU``, one PCI attach handle (the GPU).
+- Its address, or the address of some of its VFs (A100 and later create
+  vGPUs on VFs), listed in ``[vgpu_<type>] device_addresses``: one
+  deployable ``vgpu_<address>_<type>`` per type, resource class ``VGPU``,
+  with one ``MDEV`` attach handle per instance the type offers. The handle
+  names the function the mdev is created on, ``asked_type`` and a
+  ``vgpu_mark`` ``<type>_<n>``, n counting the handles of the deployable.
+  Instances are counted as available plus already created, so that
+  creating an mdev for a VM changes nothing in the inventory.
+- Configured for vGPU but offering none of the type (host driver not
+  loaded, VFs not enabled): no deployable rather than a surprise PGPU.
+
+Traits: ``CUSTOM_GPU_NVIDIA``, ``CUSTOM_GPU_PRODUCT_ID_<id>`` and, on VGPU
+deployables, ``CUSTOM_VGPU_TYPE_<type>``.
+"""
+
+import logging
+
+from cyborg.accelerator.drivers import base
+from cyborg.accelerator.drivers import pci
+from cyborg.accelerator.drivers import traits
+from cyborg.conf import gpu_devices
+from cyborg.objects import inventory
+
+LOG = logging.getLogger(__name__)
+
+VENDOR_ID = '10de'
+GPU_CLASSES = (pci.CLASS_VGA, pci.CLASS_3D)
+
+
+def _is_gpu(function):
+    return (function.vendor_id == VENDOR_ID
+            and function.pci_class in GPU_CLASSES
+            and not function.is_vf)
+
+
+def _mdev_parent(handle):
+    info = handle.attach_info
+    return inventory.PCIAddress(info['domain'], info['bus'], info['device'],
+                                info['function'])
+
+
+class NvidiaGPUDriver(base.AcceleratorDriver):
+    name = 'nvidia_gpu_driver'
+    device_type = 'GPU'
+
+    def __init__(self, conf, pci_reader):
+        super().__init__(conf, pci_reader)
+        types = gpu_devices.register_dynamic_opts(conf)
+        self.vgpu_types_by_address = {}
+        for type_id in types:
+            group = conf[gpu_devices.vgpu_group_name(type_id)]
+            for text in group.device_addresses:
+                address = inventory.PCIAddress.parse(text)
+                other = self.vgpu_types_by_address.setdefault(address,
+                                                              type_id)
+                if other != type_id:
+                    raise base.DriverError(
+                        '%s is configured for vGPU types %s and %s'
+                        % (address, other, type_id))
+        # Nova's rule: a single type without addresses is for every GPU.
+        self.default_vgpu_type = (
+            types[0] if len(types) == 1 and not self.vgpu_types_by_address
+            else None)
+
+    def _vgpu_type(self, function):
+        configured = self.vgpu_types_by_address.get(function.address)
+        if configured:
+            return configured
+        if self.default_vgpu_type and function.mdev_type(
+                self.default_vgpu_type):
+            return self.default_vgpu_type
+        return None
+
+    def discover(self):
+        functions = self.pci.functions()
+        by_address = base.functions_by_address(functions)
+        return [self._device(gpu, by_address)
+                for gpu in functions if _is_gpu(gpu)]
+
+    def _device(self, gpu, by_address):
+        members = [gpu] + [by_address[vf] for vf in gpu.virtfns
+                           if vf in by_address]
+        slots_by_type = {}  # type -> one function per instance
+        configured = False
+        for member in members:
+            type_id = self._vgpu_type(member)
+            if type_id is None:
+                continue
+            configured = True
+            mdev_type = member.mdev_type(type_id)
+            if mdev_type is None:
+                LOG.warning('%s is configured for vGPU type %s but does not '
+                            'offer it', member.address, type_id)
+                continue
+            slots_by_type.setdefault(type_id, []).extend(
+                [member] * mdev_type.total_instances)
+        if not configured:
+            return base.pci_device('GPU', gpu, [inventory.Deployable(
+                name=traits.deployable_name('pgpu', gpu.address),
+                num_accelerators=1,
+                resource_class='PGPU',
+                driver_name=self.name,
+                traits=traits.device_traits('GPU', gpu),
+                attach_handles=[base.pci_attach_handle(gpu.address)])])
+        return base.pci_device('GPU', gpu, [
+            self._vgpu_deployable(gpu, type_id, slots)
+            for type_id, slots in sorted(slots_by_type.items())
+            if slots])  # Placement refuses an inventory of 0
+
+    def _vgpu_deployable(self, gpu, type_id, slots):
+        handles = [inventory.AttachHandle('MDEV', {
+            **member.address.as_info(),
+            'asked_type': type_id,
+            'vgpu_mark': '%s_%d' % (type_id, index)})
+            for index, member in enumerate(slots)]
+        attributes = {'vgpu_type': type_id}
+        type_name = next((m.mdev_type(type_id).name for m in slots), None)
+        if type_name:
+            attributes['vgpu_type_name'] = type_name
+        return inventory.Deployable(
+            name='%s_%s' % (traits.deployable_name('vgpu', gpu.address),
+                            type_id),
+            num_accelerators=len(handles),
+            resource_class='VGPU',
+            driver_name=self.name,
+            traits=traits.device_traits('GPU', gpu)
+            + [traits.custom('VGPU_TYPE', type_id)],
+            attach_handles=handles,
+            attributes=attributes)
+
+    def prepare_attach_handle(self, device, handle, uuid):
+        if handle.attach_type != 'MDEV':
+            return
+        parent = _mdev_parent(handle)
+        type_id = handle.attach_info['asked_type']
+        try:
+            self.pci.create_mdev(parent, type_id, uuid)
+        except OSError as e:
+            raise base.DriverError('Cannot create mdev %s of type %s on %s: '
+                                   '%s' % (uuid, type_id, parent, e))
+
+    def release_attach_handle(self, device, handle, uuid):
+        if handle.attach_type != 'MDEV':
+            return
+        try:
+            self.pci.remove_mdev(uuid)
+        except OSError as e:
+            raise base.DriverError('Cannot remove mdev %s: %s' % (uuid, e))

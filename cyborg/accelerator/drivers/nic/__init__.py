@@ -1,0 +1,1 @@
+"""Network card drivers (SR-IOV virtual functions)."""

@@ -1,0 +1,1 @@
+"""QuickAssist (crypto and compression) drivers."""

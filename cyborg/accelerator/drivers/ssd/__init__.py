@@ -1,0 +1,1 @@
+"""NVMe SSD drivers."""

@@ -1,0 +1,1 @@
+"""The conductor: the only writer of inventory, ARQ state and Placement."""

@@ -1,0 +1,389 @@
+"""Placement sync: one resource provider per deployable.
+
+Each deployable of a host becomes a child resource provider (RP) of the
+host's compute-node RP, which Nova owns. ``desired_providers`` says what
+Placement should hold; ``sync_provider_tree`` makes Placement hold it,
+writing only what differs, so that an unchanged host costs no writes.
+
+Ownership: every RP made here carries ``OWNER_CYBORG``; RPs without it
+are never changed or deleted, and resource classes and traits, which
+are global, are created when needed but never deleted.
+
+Reads: one ``in_tree`` listing per sync. Placement has no call that
+returns the inventories and traits of many RPs, so an RP that must be
+compared costs two reads (inventories, traits) unless a
+``ProviderTreeCache`` still holds its state at the generation the listing
+shows: Placement bumps an RP's generation whenever its inventories,
+traits or allocations change, so an equal generation means an equal
+state. With a cache kept across syncs an unchanged host costs one read.
+"""
+
+import dataclasses
+import socket
+import uuid as uuid_lib
+
+import os_traits
+
+from cyborg.clients import placement
+
+OWNER_TRAIT = os_traits.OWNER_CYBORG
+CUSTOM_PREFIX = 'CUSTOM_'
+# Generation conflicts mean another writer is active on the same RP;
+# a few re-reads settle it, an endless loop would hide a bug.
+MAX_CONFLICT_RETRIES = 3
+
+
+class ComputeNodeNotFound(Exception):
+    def __init__(self, names):
+        self.names = tuple(names)
+        super().__init__(
+            'No compute node resource provider in Placement is named %s '
+            '(names tried in this order). Nova names it after the compute '
+            "node's hypervisor host name; set [DEFAULT] host to that name."
+            % ', '.join(repr(n) for n in self.names))
+
+
+class ComputeNodeGone(Exception):
+    """The compute-node RP found earlier is no longer in Placement."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ComputeNode:
+    provider: dict
+    matched_name: str  # which of the names tried is the RP's name
+    names_tried: tuple
+
+    @property
+    def uuid(self):
+        return self.provider['uuid']
+
+
+def compute_node_names(configured_name, fqdn=None, short_name=None):
+    """The names Nova may have given this host's compute node, in the
+    order to try them: configured, FQDN, short host name."""
+    fqdn = fqdn if fqdn is not None else socket.getfqdn()
+    if short_name is None:
+        short_name = socket.gethostname().split('.')[0]
+    return _unique([configured_name, fqdn, short_name])
+
+
+def find_compute_node(client, candidates):
+    """The first candidate name that names an RP, as a ``ComputeNode``.
+
+    Short name versus FQDN mismatches between services are common, hence
+    several candidates; raises ``ComputeNodeNotFound`` listing them all.
+    """
+    names = _unique(candidates)
+    for index, name in enumerate(names):
+        provider = client.find_provider_by_name(name)
+        if provider is not None:
+            return ComputeNode(provider, name, tuple(names[:index + 1]))
+    raise ComputeNodeNotFound(names)
+
+
+def _unique(names):
+    return list(dict.fromkeys(n for n in names if n))
+
+
+@dataclasses.dataclass(frozen=True)
+class DesiredProvider:
+    name: str
+    uuid: str
+    inventories: dict  # {resource class: the six inventory fields}
+    traits: frozenset
+
+
+def provider_name(hostname, deployable_name):
+    return '%s_%s' % (hostname, deployable_name)
+
+
+def provider_uuid(name):
+    """Derived from the name, so that a restart finds the same RP."""
+    return str(uuid_lib.uuid3(uuid_lib.NAMESPACE_DNS, name))
+
+
+def desired_providers(hostname, deployables, disabled=()):
+    """What Placement should hold for ``deployables`` of ``hostname``.
+
+    ``disabled`` names the deployables whose device an operator disabled:
+    their whole inventory is reserved, so nothing new is scheduled there
+    while existing allocations stay valid.
+    """
+    disabled = frozenset(disabled)
+    desired = []
+    seen = set()
+    for deployable in deployables:
+        if deployable.name in seen:
+            raise ValueError('Deployable %r appears twice on host %r'
+                             % (deployable.name, hostname))
+        seen.add(deployable.name)
+        name = provider_name(hostname, deployable.name)
+        total = deployable.num_accelerators
+        inventories = {}
+        # Placement refuses total < 1; a deployable with nothing to offer
+        # keeps its RP without inventory.
+        if total >= 1:
+            inventories[deployable.resource_class] = {
+                'total': total,
+                'reserved': total if deployable.name in disabled else 0,
+                'min_unit': 1,
+                'max_unit': total,
+                'step_size': 1,
+                'allocation_ratio': 1.0,
+            }
+        desired.append(DesiredProvider(
+            name=name, uuid=provider_uuid(name), inventories=inventories,
+            traits=frozenset(deployable.traits) | {OWNER_TRAIT}))
+    return desired
+
+
+@dataclasses.dataclass
+class SyncResult:
+    created: list = dataclasses.field(default_factory=list)
+    updated: list = dataclasses.field(default_factory=list)
+    deleted: list = dataclasses.field(default_factory=list)
+    # RP name -> why it stays although no deployable wants it; the next
+    # sync tries again.
+    kept: dict = dataclasses.field(default_factory=dict)
+    # RP name -> the error that stopped its sync; the others went on.
+    failed: dict = dataclasses.field(default_factory=dict)
+    generation_conflicts: int = 0
+    reads: int = 0
+    writes: int = 0
+
+    @property
+    def changed(self):
+        return bool(self.created or self.updated or self.deleted)
+
+
+@dataclasses.dataclass
+class ProviderState:
+    """An RP's inventories and traits as of ``generation``.
+
+    ``inventories`` is None when only the traits were read (RPs that are
+    not wanted need only their traits, to see who owns them).
+    """
+
+    uuid: str
+    generation: int
+    inventories: dict | None
+    traits: frozenset
+
+
+class ProviderTreeCache:
+    """The last known state of the RPs of one compute node's tree.
+
+    Keep one per compute node across syncs; an entry serves only while
+    Placement still shows the same generation.
+    """
+
+    def __init__(self):
+        self._states = {}
+
+    def lookup(self, uuid, generation):
+        state = self._states.get(uuid)
+        if state is None or state.generation != generation:
+            return None
+        return dataclasses.replace(state)
+
+    def remember(self, state):
+        self._states[state.uuid] = dataclasses.replace(state)
+
+    def forget(self, uuid):
+        self._states.pop(uuid, None)
+
+    def keep_only(self, uuids):
+        for uuid in set(self._states) - set(uuids):
+            del self._states[uuid]
+
+
+def sync_provider_tree(client, compute_rp, desired, cache=None):
+    """Make the compute node's children in Placement match ``desired``.
+
+    ``compute_rp`` is the compute node's RP (a dict with ``uuid``, or a
+    ``ComputeNode``). Returns a ``SyncResult``; its ``reads`` and
+    ``writes`` count this sync's calls (they include other calls made
+    on the same client meanwhile, if it is shared between threads).
+    Raises ``ComputeNodeGone`` if the compute-node RP has disappeared.
+    """
+    compute_uuid = (compute_rp.uuid if isinstance(compute_rp, ComputeNode)
+                    else compute_rp['uuid'])
+    reads, writes = client.calls.snapshot()
+    sync = _TreeSync(client, cache if cache is not None
+                     else ProviderTreeCache())
+    try:
+        sync.run(compute_uuid, desired)
+    finally:
+        now_reads, now_writes = client.calls.snapshot()
+        sync.result.reads = now_reads - reads
+        sync.result.writes = now_writes - writes
+    return sync.result
+
+
+class _TreeSync:
+    def __init__(self, client, cache):
+        self.client = client
+        self.cache = cache
+        self.result = SyncResult()
+        # Custom resource classes and traits made sure of in this sync.
+        self._ensured = set()
+        self._deleted = set()
+
+    def run(self, compute_uuid, desired):
+        tree = {rp['uuid']: rp
+                for rp in self.client.providers_in_tree(compute_uuid)}
+        if compute_uuid not in tree:
+            raise ComputeNodeGone(
+                'Compute node resource provider %s is no longer in '
+                'Placement' % compute_uuid)
+        wanted = set()
+        for provider in desired:
+            wanted.add(provider.uuid)
+            try:
+                self._sync_provider(provider, tree.get(provider.uuid),
+                                    compute_uuid)
+            except placement.PlacementError as exc:
+                self.cache.forget(provider.uuid)
+                self.result.failed[provider.name] = str(exc)
+        for rp in tree.values():
+            if (rp['parent_provider_uuid'] == compute_uuid
+                    and rp['uuid'] not in wanted):
+                try:
+                    self._retire(rp)
+                except placement.PlacementError as exc:
+                    self.cache.forget(rp['uuid'])
+                    self.result.failed[rp['name']] = str(exc)
+        self.cache.keep_only((set(tree) | wanted) - self._deleted)
+
+    def _sync_provider(self, provider, rp, compute_uuid):
+        if rp is None:
+            created = self.client.create_provider(
+                provider.name, provider.uuid, parent_uuid=compute_uuid)
+            state = ProviderState(provider.uuid, created['generation'],
+                                  inventories={}, traits=frozenset())
+            self._converge(state, provider.inventories, provider.traits)
+            self.result.created.append(provider.name)
+        elif rp['parent_provider_uuid'] != compute_uuid:
+            # Our UUID, yet nested elsewhere in the tree: moving it could
+            # break the allocations of whoever put it there.
+            self.result.failed[provider.name] = (
+                'RP %s is under %s, not under the compute node'
+                % (rp['uuid'], rp['parent_provider_uuid']))
+        else:
+            state = self._known_state(rp, with_inventories=True)
+            if self._converge(state, provider.inventories, provider.traits):
+                self.result.updated.append(provider.name)
+
+    def _retire(self, rp):
+        """Delete an RP of ours that no deployable wants any more."""
+        state = self._known_state(rp, with_inventories=False)
+        if OWNER_TRAIT not in state.traits:
+            return  # someone else's RP
+        name, uuid = rp['name'], rp['uuid']
+        # Placement does not bump the generation when allocations are
+        # deleted, so usages are read each time rather than cached.
+        in_use = {rc: amount for rc, amount
+                  in self.client.get_usages(uuid).items() if amount}
+        if in_use:
+            self._keep(state, name, 'allocations still use %s' % ', '.join(
+                '%s=%d' % item for item in sorted(in_use.items())))
+            return
+        try:
+            self.client.delete_provider(uuid)
+        except placement.NotFound:
+            pass  # gone already: what we wanted
+        except placement.InUse as exc:
+            # An allocation landed since the usages were read.
+            self._keep(state, name, 'in use: %s' % exc.detail)
+            return
+        except placement.ProviderHasChildren:
+            self.result.kept[name] = 'has child resource providers'
+            return
+        self._deleted.add(uuid)
+        self.result.deleted.append(name)
+
+    def _keep(self, state, name, reason):
+        """Keep a removed device's RP, fully reserved.
+
+        Its allocations stay valid, but the scheduler must not place
+        anything new on a device that is gone.
+        """
+        if state.inventories is None:
+            state = self._read_state(state.uuid)
+        unavailable = {rc: dict(fields, reserved=fields['total'])
+                       for rc, fields in state.inventories.items()}
+        self._converge(state, unavailable, state.traits)
+        self.result.kept[name] = reason
+
+    def _known_state(self, rp, with_inventories):
+        state = self.cache.lookup(rp['uuid'], rp['generation'])
+        if state is not None and (state.inventories is not None
+                                  or not with_inventories):
+            return state
+        if with_inventories:
+            return self._read_state(rp['uuid'])
+        generation, traits = self.client.get_traits(rp['uuid'])
+        state = ProviderState(rp['uuid'], generation, None, traits)
+        self.cache.remember(state)
+        return state
+
+    def _read_state(self, uuid):
+        for _attempt in range(MAX_CONFLICT_RETRIES + 1):
+            generation, inventories = self.client.get_inventories(uuid)
+            traits_generation, traits = self.client.get_traits(uuid)
+            # Equal generations: both reads saw the same state.
+            if traits_generation == generation:
+                break
+            self.result.generation_conflicts += 1
+        state = ProviderState(uuid, traits_generation, inventories, traits)
+        self.cache.remember(state)
+        return state
+
+    def _converge(self, state, inventories, traits):
+        """Write what differs; True if anything was written.
+
+        On a generation conflict, re-read and compare again: the other
+        writer may have made our write unnecessary.
+        """
+        wrote = False
+        for attempt in range(MAX_CONFLICT_RETRIES + 1):
+            try:
+                if not _same_inventories(state.inventories, inventories):
+                    self._ensure_custom(inventories,
+                                        self.client.ensure_resource_class)
+                    state.generation = self.client.put_inventories(
+                        state.uuid, state.generation, inventories)
+                    state.inventories = inventories
+                    wrote = True
+                if state.traits != traits:
+                    self._ensure_custom(traits, self.client.ensure_trait)
+                    state.generation = self.client.put_traits(
+                        state.uuid, state.generation, traits)
+                    state.traits = traits
+                    wrote = True
+                self.cache.remember(state)
+                return wrote
+            except placement.GenerationConflict:
+                self.result.generation_conflicts += 1
+                self.cache.forget(state.uuid)
+                if attempt == MAX_CONFLICT_RETRIES:
+                    raise
+                state = self._read_state(state.uuid)
+        return wrote
+
+    def _ensure_custom(self, names, ensure):
+        for name in names:
+            if name.startswith(CUSTOM_PREFIX) and name not in self._ensured:
+                ensure(name)
+                self._ensured.add(name)
+
+
+_INVENTORY_FIELDS = ('total', 'reserved', 'min_unit', 'max_unit',
+                     'step_size', 'allocation_ratio')
+
+
+def _same_inventories(current, wanted):
+    if current is None or current.keys() != wanted.keys():
+        return False
+    return all(current[rc].get(field) == wanted[rc].get(field)
+               for rc in wanted for field in _INVENTORY_FIELDS)

@@ -1,0 +1,56 @@
+"""[gpu_devices] and [vgpu_<type>] options: which GPUs are cut into vGPUs.
+
+Each type listed in ``[gpu_devices] enabled_vgpu_types`` gets a group
+``[vgpu_<type>]`` with ``device_addresses``: the GPUs (or, for SR-IOV
+GPUs such as the A100, the virtual functions) that offer that type. A GPU
+not listed anywhere is offered whole, as a PGPU.
+"""
+
+from oslo_config import cfg
+
+GROUP = 'gpu_devices'
+TITLE = 'GPU options'
+
+opts = [
+    cfg.ListOpt('enabled_vgpu_types',
+                default=[],
+                help='mdev types (for example nvidia-222) that nvidia_gpu_'
+                     'driver offers as VGPU. Say which GPUs offer each type '
+                     'in [vgpu_<type>] device_addresses; when only one type '
+                     'is enabled and it names no address, every GPU that '
+                     'supports it offers it.'),
+]
+
+vgpu_opts = [
+    cfg.ListOpt('device_addresses',
+                default=[],
+                help='PCI addresses of the GPUs, or of their SR-IOV virtual '
+                     'functions, that offer this vGPU type.'),
+]
+
+
+def vgpu_group_name(type_id):
+    return 'vgpu_%s' % type_id
+
+
+def _group():
+    # A new OptGroup per configuration: oslo.config keeps the registered
+    # options, overrides included, on the group object itself.
+    return cfg.OptGroup(GROUP, title=TITLE)
+
+
+def register_opts(conf):
+    conf.register_group(_group())
+    conf.register_opts(opts, group=GROUP)
+
+
+def register_dynamic_opts(conf):
+    """Register [vgpu_<type>] for every enabled type; returns the types."""
+    types = list(conf.gpu_devices.enabled_vgpu_types)
+    for type_id in types:
+        conf.register_opts(vgpu_opts, group=vgpu_group_name(type_id))
+    return types
+
+
+def list_opts():
+    return {_group(): opts, 'vgpu_$TYPE': vgpu_opts}

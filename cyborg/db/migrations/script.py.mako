@@ -1,0 +1,20 @@
+"""${message}
+
+Revision ID: ${up_revision}
+Revises: ${down_revision | comma,n}
+Create Date: ${create_date}
+"""
+
+from alembic import op
+import sqlalchemy as sa
+${imports if imports else ""}
+revision = ${repr(up_revision)}
+down_revision = ${repr(down_revision)}
+branch_labels = ${repr(branch_labels)}
+depends_on = ${repr(depends_on)}
+
+
+# Forward only: to go back, restore a backup.
+# On SQLite, alter tables inside op.batch_alter_table(...).
+def upgrade():
+    ${upgrades if upgrades else "pass"}

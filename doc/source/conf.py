@@ -1,0 +1,16 @@
+"""Sphinx configuration of the Cyborg documentation."""
+
+project = 'Cyborg'
+copyright = 'The Cyborg developers'
+
+extensions = [
+    # `show-options`: the configuration reference, read from the code.
+    'oslo_config.sphinxext',
+    # `show-policy`: the policy reference, read from the code.
+    'oslo_policy.sphinxext',
+]
+
+master_doc = 'index'
+exclude_patterns = ['_build']
+html_theme = 'alabaster'
+html_static_path = []

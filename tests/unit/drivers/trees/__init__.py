@@ -1,0 +1,1 @@
+"""Recorded hosts for the driver tests, written out as sysfs trees."""
