@@ -1,0 +1,209 @@
+#!/bin/bash
+# Run cyborg-tempest-plugin's API tests against this checkout, behind a real
+# Keystone, then tear everything down. See README.rst beside this file.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+
+WORK_DIR=${WORK_DIR:-/tmp/cyborg-tempest}
+KEYSTONE_SH=${KEYSTONE_SH:-$(dirname "$REPO")/shared/tools/keystone-local.sh}
+KS_VENV=${KS_VENV:-$WORK_DIR/venvs/keystone}
+TEMPEST_VENV=${TEMPEST_VENV:-$WORK_DIR/venvs/tempest}
+TEMPEST_VERSION=${TEMPEST_VERSION:-47.0.0}
+PLUGIN_VERSION=${PLUGIN_VERSION:-2.8.0}
+TEMPEST_REGEX=${TEMPEST_REGEX:-'^cyborg_tempest_plugin\.tests\.api\.test_device_profile(_negative)?\.'}
+TEMPEST_CONCURRENCY=${TEMPEST_CONCURRENCY:-2}
+POLICY_MODE=${POLICY_MODE:-new}          # new | legacy ([oslo_policy] enforce_new_defaults)
+DB_BACKEND=${DB_BACKEND:-auto}           # auto | mysql | sqlite
+DB_NAME=${DB_NAME:-cyborg_tempest}
+ADMIN_PASS=${ADMIN_PASS:-secretpass}
+SERVICE_PASS=${SERVICE_PASS:-cyborg-secret}
+
+case $POLICY_MODE in
+  new) NEW_DEFAULTS=true ;;
+  legacy) NEW_DEFAULTS=false ;;
+  *) echo "POLICY_MODE must be new or legacy" >&2; exit 2 ;;
+esac
+
+RUN_DIR=$WORK_DIR/run
+KS_DIR=$RUN_DIR/keystone
+CYBORG_DIR=$RUN_DIR/cyborg
+WORKSPACE=$RUN_DIR/tempest
+START=$(date +%s)
+
+log() { echo "[tempest-run $(( $(date +%s) - START ))s] $*"; }
+
+# A port nobody listens on: the preferred one if free, else any.
+free_port() {
+  python3 - "$1" <<'PY'
+import socket, sys
+for port in (int(sys.argv[1]), 0):
+    s = socket.socket()
+    # As the servers do: a port left in TIME_WAIT by a previous run is free.
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(('127.0.0.1', port))
+    except OSError:
+        continue
+    print(s.getsockname()[1])
+    break
+PY
+}
+
+wait_http() {  # url seconds pid
+  local i
+  for i in $(seq 1 "$2"); do
+    curl -sf -o /dev/null "$1" && return 0
+    kill -0 "$3" 2>/dev/null || return 1
+    sleep 1
+  done
+  return 1
+}
+
+mysql_root() { mysql -uroot -h127.0.0.1 --protocol=tcp "$@"; }
+
+KS_PID=
+CYBORG_PID=
+TEMPEST_PID=
+DB_CREATED=
+SUMMARY=
+cleanup() {
+  local rc=$?
+  set +e
+  if [ -n "$TEMPEST_PID" ]; then kill -- "-$TEMPEST_PID" 2>/dev/null; wait "$TEMPEST_PID" 2>/dev/null; fi
+  if [ -n "$CYBORG_PID" ]; then kill "$CYBORG_PID" 2>/dev/null; wait "$CYBORG_PID" 2>/dev/null; fi
+  if [ -z "$KS_PID" ] && [ -f "$KS_DIR/serve.pid" ]; then KS_PID=$(cat "$KS_DIR/serve.pid"); fi
+  if [ -n "$KS_PID" ]; then kill "$KS_PID" 2>/dev/null; fi
+  if [ -n "$DB_CREATED" ]; then mysql_root -e "DROP DATABASE IF EXISTS \`$DB_NAME\`"; fi
+  log "torn down (logs kept in $RUN_DIR); exit $rc"
+  # The verdict closes the output.
+  if [ -s "$SUMMARY" ]; then tail -n 1 "$SUMMARY"; fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+mkdir -p "$WORK_DIR/venvs"
+rm -rf "$RUN_DIR"
+mkdir -p "$KS_DIR" "$CYBORG_DIR" "$WORKSPACE"
+
+# pip prints one warning per package for index locations that may not exist:
+# keep installs quiet and in a log, shown only on failure.
+pip_into() {  # venv log packages...
+  local venv=$1 logf=$2; shift 2
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  if ! "$venv/bin/pip" install -q "$@" >>"$logf" 2>&1; then
+    tail -n 30 "$logf" >&2; return 1
+  fi
+}
+
+# --- the service's venv: /tmp/venv when it has cyborg-api, else our own ---
+if [ -z "${CYBORG_VENV:-}" ]; then
+  CYBORG_VENV=/tmp/venv
+  [ -x "$CYBORG_VENV/bin/cyborg-api" ] || CYBORG_VENV=$WORK_DIR/venvs/cyborg
+fi
+if [ ! -x "$CYBORG_VENV/bin/cyborg-api" ] || [ ! -x "$CYBORG_VENV/bin/cyborg-dbsync" ]; then
+  log "installing the service into $CYBORG_VENV"
+  pip_into "$CYBORG_VENV" "$WORK_DIR/cyborg-install.log" -e "$REPO"
+fi
+# Run this checkout's code even if the venv was installed from another clone.
+export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
+
+# --- tempest and the plugin, pinned, in their own venv ---
+if ! "$TEMPEST_VENV/bin/python" - "$TEMPEST_VERSION" "$PLUGIN_VERSION" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+sys.exit(not (version('tempest') == sys.argv[1]
+              and version('cyborg-tempest-plugin') == sys.argv[2]))
+PY
+then
+  log "installing tempest $TEMPEST_VERSION + cyborg-tempest-plugin $PLUGIN_VERSION"
+  pip_into "$TEMPEST_VENV" "$WORK_DIR/tempest-install.log" \
+    "tempest==$TEMPEST_VERSION" "cyborg-tempest-plugin==$PLUGIN_VERSION"
+fi
+
+# --- 1. Keystone ---
+[ -f "$KEYSTONE_SH" ] || { echo "no $KEYSTONE_SH (shared/ must sit beside the repo)" >&2; exit 2; }
+KS_PORT=$(free_port "${KS_PORT:-5000}")
+KS_URL=http://127.0.0.1:$KS_PORT
+[ -x "$KS_VENV/bin/keystone-manage" ] || log "keystone-local.sh installs keystone into $KS_VENV"
+log "starting keystone on $KS_URL"
+if ! KS_DIR=$KS_DIR KS_PORT=$KS_PORT KS_VENV=$KS_VENV ADMIN_PASS=$ADMIN_PASS \
+    bash "$KEYSTONE_SH" >"$RUN_DIR/keystone-setup.log" 2>&1; then
+  tail -n 30 "$RUN_DIR/keystone-setup.log" >&2; exit 1
+fi
+KS_PID=$(cat "$KS_DIR/serve.pid")
+wait_http "$KS_URL/v3" 60 "$KS_PID" || {
+  echo "keystone did not answer" >&2; tail -n 30 "$KS_DIR/serve.out" >&2; exit 1; }
+
+# --- 2. Cyborg in Keystone ---
+CYBORG_PORT=$(free_port "${CYBORG_PORT:-6666}")
+CYBORG_URL=http://127.0.0.1:$CYBORG_PORT
+python3 "$HERE/keystone_setup.py" --auth-url "$KS_URL/v3" \
+  --admin-password "$ADMIN_PASS" --service-password "$SERVICE_PASS" \
+  --endpoint "$CYBORG_URL/v2"
+
+# --- 3. the service ---
+if [ "$DB_BACKEND" != sqlite ] && command -v mysql >/dev/null \
+    && mysql_root -e 'SELECT 1' >/dev/null 2>&1 \
+    && "$CYBORG_VENV/bin/python" -c 'import pymysql' 2>/dev/null; then
+  mysql_root -e "DROP DATABASE IF EXISTS \`$DB_NAME\`; CREATE DATABASE \`$DB_NAME\` CHARACTER SET utf8mb4"
+  DB_CREATED=1
+  DB_URL="mysql+pymysql://root@127.0.0.1/$DB_NAME?charset=utf8mb4"
+  log "database: MariaDB $DB_NAME on 127.0.0.1"
+elif [ "$DB_BACKEND" = mysql ]; then
+  echo "DB_BACKEND=mysql but MariaDB (root, no password, on 127.0.0.1) or PyMySQL is unavailable" >&2
+  exit 2
+else
+  DB_URL="sqlite:///$CYBORG_DIR/cyborg.sqlite"
+  [ "$DB_BACKEND" = sqlite ] && why="asked for" || why="MariaDB or PyMySQL unavailable"
+  log "database: SQLite $CYBORG_DIR/cyborg.sqlite ($why)"
+fi
+
+CONF=$CYBORG_DIR/cyborg.conf
+sed -e "s|@STATE_DIR@|$CYBORG_DIR|" -e "s|@CYBORG_PORT@|$CYBORG_PORT|" \
+    -e "s|@DB_URL@|$DB_URL|" -e "s|@KS_URL@|$KS_URL|g" \
+    -e "s|@SERVICE_PASS@|$SERVICE_PASS|" -e "s|@NEW_DEFAULTS@|$NEW_DEFAULTS|" \
+    "$HERE/cyborg.conf.in" > "$CONF"
+
+"$CYBORG_VENV/bin/cyborg-dbsync" --config-file "$CONF" upgrade \
+  >"$CYBORG_DIR/dbsync.log" 2>&1 || { cat "$CYBORG_DIR/dbsync.log" >&2; exit 1; }
+
+"$CYBORG_VENV/bin/cyborg-api" --config-file "$CONF" >"$CYBORG_DIR/cyborg-api.log" 2>&1 &
+CYBORG_PID=$!
+wait_http "$CYBORG_URL/v2" 30 "$CYBORG_PID" || {
+  echo "cyborg-api did not answer on $CYBORG_URL/v2" >&2
+  tail -n 30 "$CYBORG_DIR/cyborg-api.log" >&2; exit 1; }
+log "cyborg-api on $CYBORG_URL (policy: $POLICY_MODE defaults, code from $REPO)"
+
+# --- 4. tempest ---
+sed -e "s|@WORKSPACE@|$WORKSPACE|g" -e "s|@ADMIN_PASS@|$ADMIN_PASS|" \
+    -e "s|@KS_URL@|$KS_URL|g" -e "s|@NEW_DEFAULTS@|$NEW_DEFAULTS|" \
+    "$HERE/tempest.conf.in" > "$WORKSPACE/tempest.conf"
+mkdir -p "$WORKSPACE/logs" "$WORKSPACE/lock"
+log "tempest run --regex '$TEMPEST_REGEX' --concurrency $TEMPEST_CONCURRENCY"
+cd "$WORKSPACE"
+# In its own process group, in the background: a signal to this script then
+# interrupts the wait at once, and cleanup stops tempest and its workers.
+# Failures are judged below from the subunit stream, not from the exit code.
+setsid "$TEMPEST_VENV/bin/tempest" run --config-file "$WORKSPACE/tempest.conf" \
+  --regex "$TEMPEST_REGEX" --concurrency "$TEMPEST_CONCURRENCY" \
+  >"$WORKSPACE/tempest-run.log" 2>&1 &
+TEMPEST_PID=$!
+wait "$TEMPEST_PID" || true
+TEMPEST_PID=
+grep -E '^\{[0-9]+\}|^Totals|^ - ' "$WORKSPACE/tempest-run.log" || true
+
+# --- 5. verdict ---
+if ! "$TEMPEST_VENV/bin/stestr" last --subunit >"$WORKSPACE/results.subunit" 2>/dev/null; then
+  echo "tempest produced no results:" >&2; tail -n 40 "$WORKSPACE/tempest-run.log" >&2; exit 1
+fi
+log "wall time so far $(( $(date +%s) - START ))s; logs: $CYBORG_DIR/cyborg-api.log, $WORKSPACE/logs/tempest.log"
+SUMMARY=$WORKSPACE/summary.txt
+verdict=0
+"$TEMPEST_VENV/bin/python" "$HERE/summarize.py" <"$WORKSPACE/results.subunit" \
+  >"$SUMMARY" || verdict=$?
+head -n -1 "$SUMMARY"
+exit $verdict
