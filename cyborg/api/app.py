@@ -10,7 +10,6 @@ from cyborg.api import expose
 from cyborg.api import hooks
 from cyborg.api.controllers import root
 from cyborg.api.middleware import auth
-from cyborg.conf import cors as cors_conf
 from cyborg.db import session
 
 
@@ -20,7 +19,8 @@ def build_app(conf, db=None):
     ``db`` lets a caller share one ``Database`` with the app (tests do).
     """
     db = db if db is not None else session.Database(conf)
-    state = hooks.AppState(conf, db, policy.make_enforcer(conf))
+    state = hooks.AppState(conf, db, policy.DecisionCache(
+        policy.make_enforcer(conf)))
     app = pecan.Pecan(
         root.RootController(),
         hooks=[hooks.RequestHook(state)],
@@ -33,7 +33,9 @@ def build_app(conf, db=None):
     else:
         app = auth.NoAuth(app)
     app = request_id.RequestId(app)
-    cors_conf.set_defaults()
-    app = cors.CORS(app, conf)
-    app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
+    # Each middleware costs time on every request: only those configured.
+    if conf.cors.allowed_origin:
+        app = cors.CORS(app, conf)
+    if conf.oslo_middleware.enable_proxy_headers_parsing:
+        app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
     return app

@@ -72,8 +72,9 @@ class RequestHook(hooks.PecanHook):
             message = 'The server hit an unexpected error; see its log.'
             code = 'cyborg.internal_error'
         response = error_response(status, message, code)
-        if isinstance(e, webob_exc.HTTPMethodNotAllowed):
-            response.headers['Allow'] = e.headers.get('Allow', '')
+        allowed = getattr(e, 'allowed', None)
+        if allowed:
+            response.headers['Allow'] = ', '.join(allowed)
         _add_version_headers(request, response)
         return response
 

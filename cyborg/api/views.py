@@ -9,8 +9,8 @@ def base_url(request):
     return (configured or request.application_url).rstrip('/')
 
 
-def self_link(request, collection, uuid):
-    return [{'href': '%s/v2/%s/%s' % (base_url(request), collection, uuid),
+def self_link(base_url, collection, uuid):
+    return [{'href': '%s/v2/%s/%s' % (base_url, collection, uuid),
              'rel': 'self'}]
 
 

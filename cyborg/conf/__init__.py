@@ -8,16 +8,18 @@ global configuration object.
 from oslo_config import cfg
 
 from cyborg.conf import api
+from cyborg.conf import cors
 from cyborg.conf import database
 from cyborg.conf import default
 from cyborg.conf import gpu_devices
+from cyborg.conf import http_proxy
 from cyborg.conf import intel_nic
 from cyborg.conf import keystone_authtoken
 from cyborg.conf import pci
 from cyborg.conf import placement
 
-_GROUP_MODULES = (default, api, database, keystone_authtoken, placement,
-                  pci, gpu_devices, intel_nic)
+_GROUP_MODULES = (default, api, database, keystone_authtoken, cors,
+                  http_proxy, placement, pci, gpu_devices, intel_nic)
 
 
 def register_opts(conf):

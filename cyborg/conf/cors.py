@@ -20,3 +20,9 @@ DEFAULTS = {
 
 def set_defaults():
     cors.set_defaults(**DEFAULTS)
+
+
+def register_opts(conf):
+    """Registered up front so the app can see whether CORS is wanted."""
+    set_defaults()
+    conf.register_opts(cors.CORS_OPTS, group='cors')

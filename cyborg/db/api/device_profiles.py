@@ -11,12 +11,13 @@ DeviceProfile = models.DeviceProfile
 
 
 def list_profiles(context, names=None, **page):
-    with context.db.reader(context) as session:
-        stmt = sa.select(DeviceProfile)
+    """Profiles as rows with the model's attribute names (read-only)."""
+    with context.db.read_connection(context) as connection:
+        stmt = sa.select(DeviceProfile.__table__)
         if names:
             stmt = stmt.where(DeviceProfile.name.in_(names))
-        stmt = pagination.paginate(session, stmt, DeviceProfile, **page)
-        return list(session.scalars(stmt))
+        stmt = pagination.paginate(connection, stmt, DeviceProfile, **page)
+        return connection.execute(stmt).all()
 
 
 def get_profile(context, uuid=None, name=None):

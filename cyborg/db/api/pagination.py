@@ -5,11 +5,12 @@ import sqlalchemy as sa
 from cyborg import exception
 
 
-def paginate(session, stmt, model, limit=None, marker=None,
+def paginate(connection, stmt, model, limit=None, marker=None,
              sort_key='id', sort_dir='asc'):
     """Return ``stmt`` ordered by ``sort_key`` (then id) and cut at a marker.
 
-    ``marker`` is the uuid of the last item of the previous page.
+    ``marker`` is the uuid of the last item of the previous page;
+    ``connection`` (a session or a Core connection) looks it up.
     """
     # The id breaks ties, so that pages neither repeat nor skip rows.
     keys = [getattr(model, sort_key)]
@@ -17,7 +18,7 @@ def paginate(session, stmt, model, limit=None, marker=None,
         keys.append(model.id)
     direction = sa.asc if sort_dir == 'asc' else sa.desc
     if marker is not None:
-        row = session.execute(
+        row = connection.execute(
             sa.select(*keys).where(model.uuid == marker)).one_or_none()
         if row is None:
             raise exception.NotFound(

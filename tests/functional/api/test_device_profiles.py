@@ -198,10 +198,9 @@ def test_list_makes_the_same_number_of_queries_for_any_number_of_rows(
 
 
 def test_links_follow_the_mount_point_and_forwarded_host(conf, db):
-    api = webtest.TestApp(api_app.build_app(conf, db))
-    # The middleware registers its option when built and reads it per call.
     conf.set_override('enable_proxy_headers_parsing', True,
                       group='oslo_middleware')
+    api = webtest.TestApp(api_app.build_app(conf, db))
     made = create(api, 'linked')
 
     mounted = api.get('/v2/device_profiles/' + made['uuid'],

@@ -3,7 +3,6 @@
 import uuid as uuidlib
 
 import pecan
-from pecan import rest
 import wsme
 from wsme import types as wtypes
 
@@ -12,6 +11,7 @@ from cyborg.api import collection
 from cyborg.api import expose
 from cyborg.api import request_body
 from cyborg.api import views
+from cyborg.api.controllers import resource
 from cyborg.api.controllers.v2 import device_profile_groups
 from cyborg.db.api import device_profiles as db
 
@@ -65,7 +65,7 @@ def _new_profiles(body):
     return profiles
 
 
-def _view(profile, request):
+def _view(profile, base_url):
     return {
         'uuid': profile.uuid,
         'name': profile.name,
@@ -73,7 +73,7 @@ def _view(profile, request):
         'groups': profile.profile_json['groups'],
         'created_at': views.timestamp(profile.created_at),
         'updated_at': views.timestamp(profile.updated_at),
-        'links': views.self_link(request, 'device_profiles', profile.uuid),
+        'links': views.self_link(base_url, 'device_profiles', profile.uuid),
     }
 
 
@@ -93,11 +93,9 @@ def _is_uuid(value):
     return True
 
 
-class DeviceProfilesController(rest.RestController):
+class DeviceProfilesController(resource.ResourceController):
 
     @expose.json()
-    # Pecan routes by the number of positional arguments: query
-    # parameters come as keywords only.
     def get_all(self, **params):
         request = pecan.request
         request.authorize('cyborg:device_profile:get_all')
@@ -106,10 +104,11 @@ class DeviceProfilesController(rest.RestController):
         name = params.get('name')
         names = _names(name, 'name') if name is not None else None
         rows = db.list_profiles(request.context, names=names, **page)
-        return {'device_profiles': [_view(p, request) for p in rows]}
+        base = views.base_url(request)
+        return {'device_profiles': [_view(p, base) for p in rows]}
 
     @expose.json()
-    def get_one(self, key):
+    def get_one(self, key, **params):
         request = pecan.request
         request.authorize('cyborg:device_profile:get_one')
         if _is_uuid(key):
@@ -121,36 +120,39 @@ class DeviceProfilesController(rest.RestController):
                 'Finding a device profile by name (%s) needs microversion '
                 '2.2 or later; use its uuid.' % key,
                 code='cyborg.microversion_too_low')
-        return {'device_profile': _view(profile, request)}
+        return {'device_profile': _view(profile, views.base_url(request))}
 
     @expose.json()
-    def post(self):
+    def post(self, **params):
         request = pecan.request
         request.authorize('cyborg:device_profile:create')
         profiles = _new_profiles(request_body.load_json(request))
         rows = db.create_profiles(request.context, profiles)
         pecan.response.status = 201
-        views_ = [_view(p, request) for p in rows]
+        base = views.base_url(request)
+        created = [_view(p, base) for p in rows]
         # Clients read back the bare object; several come as an array.
-        return views_[0] if len(views_) == 1 else views_
+        return created[0] if len(created) == 1 else created
 
     @expose.json()
-    def delete(self, *keys, **params):
+    def delete(self, key='', **params):
+        # Pecan drops an empty path part: DELETE on 'collection/' comes here
+        # with no key.
         request = pecan.request
         request.authorize('cyborg:device_profile:delete')
-        if len(keys) > 1:
-            raise exception.NotFound('The resource %s could not be found.'
-                                     % request.path)
-        if keys:
-            key = keys[0]
-            if not key:
-                raise exception.Invalid('The device profile to delete has an '
-                                        'empty name.')
-            if _is_uuid(key):
-                db.delete_profiles(request.context, uuids=[key])
-            else:
-                db.delete_profiles(request.context, names=[key])
+        if not key:
+            raise exception.Invalid('The device profile to delete has an '
+                                    'empty name.')
+        if _is_uuid(key):
+            db.delete_profiles(request.context, uuids=[key])
         else:
-            db.delete_profiles(request.context,
-                               names=_names(params.get('value'), 'value'))
+            db.delete_profiles(request.context, names=[key])
+        pecan.response.status = 204
+
+    @expose.json()
+    def delete_all(self, **params):
+        request = pecan.request
+        request.authorize('cyborg:device_profile:delete')
+        db.delete_profiles(request.context,
+                           names=_names(params.get('value'), 'value'))
         pecan.response.status = 204

@@ -1,0 +1,69 @@
+"""Routing of a REST collection: ``/<collection>[/<key>[/<action>]]``.
+
+A table from (method, path shape) to handler, in the spirit of
+Placement's route table. Pecan's RestController inspects every handler's
+signature several times per request; this looks up one name.
+"""
+
+import pecan
+
+from cyborg import exception
+
+# (method, number of path parts below the collection) -> handler name.
+ROUTES = {
+    ('GET', 0): 'get_all',
+    ('POST', 0): 'post',
+    ('PATCH', 0): 'patch_all',
+    ('DELETE', 0): 'delete_all',
+    ('GET', 1): 'get_one',
+    ('PATCH', 1): 'patch',
+    ('DELETE', 1): 'delete',
+}
+
+
+class MethodNotAllowed(exception.CyborgError):
+    status = 405
+    code = 'cyborg.method_not_allowed'
+
+    def __init__(self, message, allowed):
+        super().__init__(message)
+        self.allowed = allowed
+
+
+class ResourceController:
+    """Base of the /v2 collections; subclasses define the handlers.
+
+    ``ACTIONS`` maps (method, action) to a handler for
+    ``/<collection>/<key>/<action>`` (e.g. a device's ``disable``).
+    """
+
+    ACTIONS = {}
+
+    @pecan.expose()
+    def _route(self, args, request=None):
+        request = request if request is not None else pecan.request
+        # A trailing slash on the collection is the collection, except
+        # for DELETE, where it names an empty key (a 400 from the handler).
+        if args == [''] and request.method != 'DELETE':
+            args = []
+        if len(args) == 2:
+            name = self.ACTIONS.get((request.method, args[1]))
+            if name is None:
+                self._refuse(request, {m for m, a in self.ACTIONS
+                                       if a == args[1]})
+            return getattr(self, name), args[:1]
+        name = ROUTES.get((request.method, len(args)))
+        if name is None or not hasattr(self, name):
+            self._refuse(request, {m for (m, n), h in ROUTES.items()
+                                   if n == len(args) and hasattr(self, h)})
+        return getattr(self, name), args
+
+    @staticmethod
+    def _refuse(request, allowed):
+        if not allowed:
+            raise exception.NotFound('The resource %s could not be found.'
+                                     % request.path)
+        raise MethodNotAllowed(
+            'The method %s is not allowed on %s.' % (request.method,
+                                                      request.path),
+            sorted(allowed))
