@@ -82,6 +82,10 @@ class Device(TimestampMixin, Base):
     status: orm.Mapped[str] = orm.mapped_column(
         sa.String(32), nullable=False, default='enabled',
         server_default='enabled')
+    # Set when the host stopped reporting the device while something still
+    # used it; the rows stay until they are free, then go.
+    missing_since: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        sa.DateTime)
 
 
 class ControlPathID(TimestampMixin, Base):
@@ -124,6 +128,10 @@ class Deployable(TimestampMixin, Base):
     driver_name: orm.Mapped[str | None] = orm.mapped_column(sa.String(100))
     rp_uuid: orm.Mapped[str | None] = orm.mapped_column(sa.String(36))
     bitstream_id: orm.Mapped[str | None] = orm.mapped_column(sa.String(36))
+    # What Placement sees: the inventory's class and the provider's traits.
+    resource_class: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(255))
+    traits: orm.Mapped[list | None] = orm.mapped_column(JSONText)
 
 
 class Attribute(TimestampMixin, Base):

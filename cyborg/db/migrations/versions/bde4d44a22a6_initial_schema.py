@@ -2,7 +2,7 @@
 
 Revision ID: bde4d44a22a6
 Revises:
-Create Date: 2025-11-21 07:00:00
+Create Date: 2026-11-21 07:00:00
 """
 
 from alembic import op
