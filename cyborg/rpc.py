@@ -1,0 +1,45 @@
+"""oslo.messaging plumbing: transports, clients and threading servers.
+
+RabbitMQ in production (``[DEFAULT] transport_url``); the single-machine
+mode and some tests use oslo.messaging's in-process ``fake://`` driver.
+Request contexts travel as dicts and come back as ``RequestContext``.
+"""
+
+import oslo_messaging as messaging
+
+from cyborg import context as cyborg_context
+
+CONDUCTOR_TOPIC = 'cyborg-conductor'
+AGENT_TOPIC = 'cyborg-agent'
+
+
+class ContextSerializer(messaging.NoOpSerializer):
+    """Carries the caller's context across RPC, without its DB handle."""
+
+    def __init__(self, db=None):
+        self._db = db
+
+    def serialize_context(self, context):
+        return context.to_dict()
+
+    def deserialize_context(self, context):
+        return cyborg_context.RequestContext.from_dict(context, db=self._db)
+
+
+def get_transport(conf):
+    return messaging.get_rpc_transport(conf)
+
+
+def get_client(transport, topic, version, server=None, timeout=None):
+    target = messaging.Target(topic=topic, version=version, server=server)
+    return messaging.get_rpc_client(transport, target,
+                                    serializer=ContextSerializer(),
+                                    timeout=timeout)
+
+
+def get_server(transport, topic, server, endpoints, db=None):
+    """An RPC server on ``topic``/``server`` with the threading executor."""
+    target = messaging.Target(topic=topic, server=server)
+    return messaging.get_rpc_server(
+        transport, target, endpoints, executor='threading',
+        serializer=ContextSerializer(db))
