@@ -26,8 +26,24 @@ class ContextSerializer(messaging.NoOpSerializer):
         return cyborg_context.RequestContext.from_dict(context, db=self._db)
 
 
-def get_transport(conf):
-    return messaging.get_rpc_transport(conf)
+def register_opts(conf):
+    """Options oslo.messaging reads on every call and every message a
+    server receives, but registers only on the global ``cfg.CONF``.
+    """
+    from oslo_messaging._metrics import client as metrics
+    from oslo_messaging._tracing import client as tracing
+    conf.register_opts(tracing.oslo_messaging_tracing,
+                       group='oslo_messaging_tracing')
+    conf.register_opts(metrics.oslo_messaging_metrics,
+                       group='oslo_messaging_metrics')
+
+
+def get_transport(conf, url=None):
+    """The RPC transport of ``[DEFAULT] transport_url``, or of ``url``
+    (the single-machine mode passes ``fake://``).
+    """
+    register_opts(conf)
+    return messaging.get_rpc_transport(conf, url=url)
 
 
 def get_client(transport, topic, version, server=None, timeout=None):

@@ -13,14 +13,16 @@ from cyborg.api.middleware import auth
 from cyborg.db import session
 
 
-def build_app(conf, db=None):
+def build_app(conf, db=None, transport=None):
     """The API as a WSGI callable, configured by ``conf`` (a ConfigOpts).
 
-    ``db`` lets a caller share one ``Database`` with the app (tests do).
+    ``db`` lets a caller share one ``Database`` with the app (tests do);
+    ``transport`` is the oslo.messaging transport to the conductor, made
+    from ``conf`` on the first call that needs it when not given.
     """
     db = db if db is not None else session.Database(conf)
     state = hooks.AppState(conf, db, policy.DecisionCache(
-        policy.make_enforcer(conf)))
+        policy.make_enforcer(conf)), transport=transport)
     app = pecan.Pecan(
         root.RootController(),
         hooks=[hooks.RequestHook(state)],

@@ -2,6 +2,7 @@
 
 import json
 import logging
+import threading
 
 from pecan import hooks
 import webob
@@ -17,12 +18,35 @@ LOG = logging.getLogger(__name__)
 
 
 class AppState:
-    """What every request of one app shares: configuration, policy, DB."""
+    """What every request of one app shares: configuration, policy, DB,
+    and the conductor's RPC client.
+    """
 
-    def __init__(self, conf, db, enforcer):
+    def __init__(self, conf, db, enforcer, transport=None):
         self.conf = conf
         self.db = db
         self.enforcer = enforcer
+        self._transport = transport
+        self._conductor = None
+        self._conductor_lock = threading.Lock()
+
+    @property
+    def conductor(self):
+        """The conductor's RPC API, made on first use: an API that only
+        serves reads never needs a message bus.
+        """
+        if self._conductor is None:
+            # oslo.messaging costs half a second to import: only when used.
+            from cyborg import rpc
+            from cyborg.conductor import rpcapi as conductor_rpcapi
+            with self._conductor_lock:
+                if self._conductor is None:
+                    transport = self._transport
+                    if transport is None:
+                        transport = rpc.get_transport(self.conf)
+                    self._conductor = conductor_rpcapi.ConductorAPI(
+                        transport)
+        return self._conductor
 
 
 def _is_versioned(path):

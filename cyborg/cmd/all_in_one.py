@@ -1,26 +1,50 @@
-"""cyborg-all-in-one: the service on one machine, with embedded defaults.
+"""cyborg-all-in-one: the whole service on one machine.
 
-SQLite under a state directory, no authentication, the API on 127.0.0.1.
-Runs in the foreground until interrupted; a second start reuses the
-state directory (the database is migrated, not recreated).
+API, conductor and agent in one process, with embedded defaults: SQLite
+under a state directory, no authentication, the API on 127.0.0.1, the
+in-process message transport (``fake://``, one transport object shared
+by all three, since that driver connects only users of the same object)
+and an in-process Placement on its own SQLite file. The agent runs the
+fake driver, plus ``pci_driver`` over this machine's PCI devices when
+``[pci] device_spec`` lists some in a ``--config-file``.
+
+There is no Nova here, so the compute node's resource provider is made
+as Nova would make it, named after ``[DEFAULT] host``. Once the agent's
+first report is in, the discovered devices and their resource providers
+are printed.
+
+Runs in the foreground until SIGTERM or SIGINT; a second start reuses the
+state directory (both databases are migrated, not recreated).
 """
 
 import argparse
 import os
-import signal
 import sys
+import threading
+import uuid
 
 from oslo_config import cfg
 from oslo_log import log
 
 from cyborg import conf as cyborg_conf
+from cyborg import service  # first: keeps eventlet out (see service.py)
+from cyborg.agent import manager as agent_manager
+from cyborg.api import app as api_app
+from cyborg.clients import placement as placement_client
 from cyborg.cmd import api as api_cmd
+from cyborg.conductor import manager as conductor_manager
+from cyborg.conductor import placement_sync
 from cyborg.db import migration
+from cyborg.db import session
 
 LOG = log.getLogger(__name__)
 DEFAULT_STATE_DIR = os.path.join(
     os.environ.get('XDG_STATE_HOME', os.path.expanduser('~/.local/state')),
     'cyborg')
+# Placement's noauth2 makes the token the user; 'admin' is an admin.
+PLACEMENT_HEADERS = {'X-Auth-Token': 'admin'}
+# How long to wait for the agent's first report before printing anyway.
+FIRST_REPORT_TIMEOUT = 60
 
 
 def parse_args(argv):
@@ -28,7 +52,7 @@ def parse_args(argv):
         prog='cyborg-all-in-one',
         description='Run the accelerator service on this machine alone.')
     parser.add_argument('--state-dir', default=DEFAULT_STATE_DIR,
-                        help='Where the database and log live '
+                        help='Where the databases and log live '
                              '(default: %(default)s).')
     parser.add_argument('--host', default='127.0.0.1',
                         help='Address the API listens on.')
@@ -53,7 +77,136 @@ def make_conf(args):
     conf.set_default('port', args.port, group='api')
     conf.set_default('log_file', os.path.join(args.state_dir,
                                               'cyborg.log'))
+    drivers = ['fake_driver']
+    if conf.pci.device_spec:
+        drivers.append('pci_driver')
+    conf.set_default('enabled_drivers', drivers, group='agent')
     return conf
+
+
+def start_placement(state_dir):
+    """Placement's WSGI app on ``<state_dir>/placement.sqlite``."""
+    # Imported here: only this mode runs Placement in-process.
+    from placement import conf as placement_conf
+    from placement import db_api as placement_db
+    from placement import deploy as placement_deploy
+
+    pconf = cfg.ConfigOpts()
+    placement_conf.register_opts(pconf)
+    pconf.set_override('auth_strategy', 'noauth2', group='api')
+    pconf.set_override('connection', 'sqlite:///%s' % os.path.join(
+        state_dir, 'placement.sqlite'), group='placement_database')
+    # Migrates the schema (a no-op once done) as the app loads.
+    pconf.set_override('sync_on_startup', True, group='placement_database')
+    pconf([], project='placement', default_config_files=[])
+    placement_db.configure(pconf)
+    return placement_deploy.loadapp(pconf)
+
+
+def ensure_compute_node(client, hostname):
+    """The compute node's RP, made as Nova would if it is not there."""
+    provider = client.find_provider_by_name(hostname)
+    if provider is None:
+        provider = client.create_provider(hostname, str(uuid.uuid4()))
+        LOG.info('Made the compute node resource provider %s (%s), as Nova '
+                 'would', hostname, provider['uuid'])
+    return provider
+
+
+def describe_tree(client, compute_rp):
+    """Lines that show each provider under the compute node."""
+    lines = ['Compute node %s (%s)' % (compute_rp['name'],
+                                       compute_rp['uuid'])]
+    children = [rp for rp in client.providers_in_tree(compute_rp['uuid'])
+                if rp['parent_provider_uuid'] == compute_rp['uuid']]
+    if not children:
+        lines.append('  no accelerator resource providers')
+    for rp in sorted(children, key=lambda rp: rp['name']):
+        _generation, inventories = client.get_inventories(rp['uuid'])
+        _generation, traits = client.get_traits(rp['uuid'])
+        amounts = ', '.join(
+            '%s %d (reserved %d)' % (rc, inv['total'], inv['reserved'])
+            for rc, inv in sorted(inventories.items())) or 'no inventory'
+        lines.append('  %s (%s): %s; traits %s' % (
+            rp['name'], rp['uuid'], amounts,
+            ', '.join(sorted(traits - {placement_sync.OWNER_TRAIT}))))
+    return lines
+
+
+def describe_devices(snapshot):
+    lines = []
+    for device in snapshot.devices:
+        address = ':'.join(device.controlpath_info.get(k, '') for k in (
+            'domain', 'bus', 'device'))
+        lines.append('  %s %s %s at %s.%s: %s' % (
+            device.type, device.vendor, device.model, address,
+            device.controlpath_info.get('function', ''),
+            ', '.join('%s (%s x%d)' % (d.name, d.resource_class,
+                                       d.num_accelerators)
+                      for d in device.deployables)))
+    return lines or ['  none']
+
+
+class AllInOne(service.Service):
+    """Conductor, agent and API on one transport, DB and Placement."""
+
+    def __init__(self, conf, state_dir):
+        super().__init__('cyborg-all-in-one')
+        self.conf = conf
+        self.state_dir = state_dir
+        self.api_url = None
+
+    def on_start(self):
+        conf = self.conf
+        migration.upgrade(conf.database.connection)
+        db = session.Database(conf)
+        self.on_stop(db.dispose)
+        placement = placement_client.PlacementClient(
+            placement_client.wsgi_adapter(start_placement(self.state_dir),
+                                          headers=PLACEMENT_HEADERS))
+        compute_rp = ensure_compute_node(placement, conf.host)
+        transport = service.get_transport(conf, url='fake://')
+        self.on_stop(transport.cleanup)
+
+        conductor = conductor_manager.ConductorService(
+            conf, transport=transport, db=db, placement=placement)
+        conductor.start()
+        self.on_stop(conductor.stop)
+        agent = agent_manager.AgentService(conf, transport=transport,
+                                           placement=placement)
+        agent.start()
+        self.on_stop(agent.stop)
+
+        server = api_cmd.make_server(
+            conf, api_app.build_app(conf, db, transport=transport))
+        server.prepare()
+        host, port = server.bind_addr[:2]
+        self.api_url = 'http://%s:%d' % (host, port)
+        thread = threading.Thread(target=server.serve, daemon=True,
+                                  name='api')
+        thread.start()
+        self.on_stop(server.stop)
+        print('cyborg-all-in-one: API on %s (state in %s)'
+              % (self.api_url, self.state_dir), flush=True)
+        self._show_inventory(agent, placement, compute_rp)
+
+    def _show_inventory(self, agent, placement, compute_rp):
+        deadline = FIRST_REPORT_TIMEOUT
+        while agent.manager.last_report is None and deadline > 0:
+            if self.sleep(0.2):
+                return
+            deadline -= 0.2
+        if agent.manager.last_report is None:
+            print('cyborg-all-in-one: no inventory report yet; see the log',
+                  flush=True)
+            return
+        lines = ['Discovered devices (drivers: %s):' % ', '.join(
+            self.conf.agent.enabled_drivers)]
+        lines += describe_devices(agent.manager.discover())
+        lines.append('Resource providers in Placement:')
+        lines += ['  ' + line for line in describe_tree(placement,
+                                                        compute_rp)]
+        print('\n'.join(lines), flush=True)
 
 
 def main(argv=None):
@@ -61,21 +214,6 @@ def main(argv=None):
     os.makedirs(args.state_dir, exist_ok=True)
     conf = make_conf(args)
     log.setup(conf, 'cyborg')
-    migration.upgrade(conf.database.connection)
-    server = api_cmd.make_server(conf)
-    server.prepare()
-
-    def stop(signum, frame):
-        LOG.info('Stopping on signal %d', signum)
-        server.stop()
-    signal.signal(signal.SIGTERM, stop)
-
-    print('cyborg-all-in-one: API on http://%s:%d (state in %s)'
-          % (conf.api.host_ip, conf.api.port, args.state_dir), flush=True)
-    try:
-        server.serve()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
+    status = service.launch(AllInOne(conf, args.state_dir))
     print('cyborg-all-in-one: stopped', flush=True)
+    sys.exit(status)

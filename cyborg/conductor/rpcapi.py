@@ -2,11 +2,12 @@
 
 Version history (bump the minor for additions, keep old calls working):
   1.0 report_host_inventory, set_device_status
+  1.1 report_host_inventory takes compute_node_names
 """
 
 from cyborg import rpc
 
-VERSION = '1.0'
+VERSION = '1.1'
 
 
 class ConductorAPI:
@@ -15,18 +16,20 @@ class ConductorAPI:
         self._client = rpc.get_client(transport, rpc.CONDUCTOR_TOPIC,
                                       VERSION, timeout=timeout)
 
-    def report_host_inventory(self, context, inventory):
-        """An agent's full snapshot of its host (``HostInventory.to_dict``).
+    def report_host_inventory(self, context, inventory, compute_node_names):
+        """An agent's full snapshot of its host (``HostInventory.to_dict``)
+        and the names Nova may have given its compute node, best first.
 
         Returns a summary of what changed, as a dict.
         """
-        cctxt = self._client.prepare(version='1.0')
+        cctxt = self._client.prepare(version='1.1')
         return cctxt.call(context, 'report_host_inventory',
-                          inventory=inventory)
+                          inventory=inventory,
+                          compute_node_names=list(compute_node_names))
 
     def set_device_status(self, context, device_uuid, status):
-        """``enabled`` or ``maintaining``: reserve or release the device's
-        inventory in Placement. Returns the device's new status.
+        """``enabled`` or ``maintaining``: release or reserve the device's
+        inventory in Placement. Returns a summary of the change, as a dict.
         """
         cctxt = self._client.prepare(version='1.0')
         return cctxt.call(context, 'set_device_status',

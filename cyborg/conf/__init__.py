@@ -7,7 +7,9 @@ global configuration object.
 
 from oslo_config import cfg
 
+from cyborg.conf import agent
 from cyborg.conf import api
+from cyborg.conf import conductor
 from cyborg.conf import cors
 from cyborg.conf import database
 from cyborg.conf import default
@@ -19,7 +21,8 @@ from cyborg.conf import pci
 from cyborg.conf import placement
 
 _GROUP_MODULES = (default, api, database, keystone_authtoken, cors,
-                  http_proxy, placement, pci, gpu_devices, intel_nic)
+                  http_proxy, placement, pci, gpu_devices, intel_nic, agent,
+                  conductor)
 
 
 def register_opts(conf):

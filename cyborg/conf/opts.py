@@ -5,7 +5,9 @@ import copy
 from oslo_config import cfg
 from oslo_db import options as db_options
 
+from cyborg.conf import agent
 from cyborg.conf import api
+from cyborg.conf import conductor
 from cyborg.conf import cors
 from cyborg.conf import database
 from cyborg.conf import default
@@ -18,7 +20,8 @@ from cyborg.conf import placement
 def list_opts():
     """Every option group of the service, as the generator wants them."""
     groups = {}
-    for module in (default, api, placement, pci, gpu_devices, intel_nic):
+    for module in (default, api, placement, pci, gpu_devices, intel_nic,
+                   agent, conductor):
         for group, opts in module.list_opts().items():
             groups.setdefault(group, []).extend(opts)
     return [(group, copy.deepcopy(opts)) for group, opts in groups.items()]

@@ -12,7 +12,10 @@ KS_VENV=${KS_VENV:-$WORK_DIR/venvs/keystone}
 TEMPEST_VENV=${TEMPEST_VENV:-$WORK_DIR/venvs/tempest}
 TEMPEST_VERSION=${TEMPEST_VERSION:-47.0.0}
 PLUGIN_VERSION=${PLUGIN_VERSION:-2.8.0}
-TEMPEST_REGEX=${TEMPEST_REGEX:-'^cyborg_tempest_plugin\.tests\.api\.test_device_profile(_negative)?\.'}
+# Device profiles, devices, deployables and attributes (and their SRBAC
+# checks); accelerator requests join when the service has them.
+DEFAULT_REGEX='^cyborg_tempest_plugin\.tests\.api\.((test_device_profile|test_device_profile_negative|test_device|test_device_negative|test_deployables|test_deployable_negative|test_attributes|test_attribute_negative)\.|test_srbac\..*(devices|deployables|attributes|device_profiles))'
+TEMPEST_REGEX=${TEMPEST_REGEX:-$DEFAULT_REGEX}
 TEMPEST_CONCURRENCY=${TEMPEST_CONCURRENCY:-2}
 POLICY_MODE=${POLICY_MODE:-new}          # new | legacy ([oslo_policy] enforce_new_defaults)
 DB_BACKEND=${DB_BACKEND:-auto}           # auto | mysql | sqlite
@@ -170,6 +173,14 @@ sed -e "s|@STATE_DIR@|$CYBORG_DIR|" -e "s|@CYBORG_PORT@|$CYBORG_PORT|" \
 
 "$CYBORG_VENV/bin/cyborg-dbsync" --config-file "$CONF" upgrade \
   >"$CYBORG_DIR/dbsync.log" 2>&1 || { cat "$CYBORG_DIR/dbsync.log" >&2; exit 1; }
+
+# The fake driver's inventory for the device, deployable and attribute
+# tests, while no agent and conductor run here.
+if [ "${SEED_INVENTORY:-1}" = 1 ]; then
+  "$CYBORG_VENV/bin/python" "$HERE/seed_inventory.py" --config-file "$CONF" \
+    >"$CYBORG_DIR/seed.log" 2>&1 || { cat "$CYBORG_DIR/seed.log" >&2; exit 1; }
+  log "seeded the fake driver's inventory: $(head -n 1 "$CYBORG_DIR/seed.log")"
+fi
 
 "$CYBORG_VENV/bin/cyborg-api" --config-file "$CONF" >"$CYBORG_DIR/cyborg-api.log" 2>&1 &
 CYBORG_PID=$!

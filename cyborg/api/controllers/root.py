@@ -5,7 +5,10 @@ import pecan
 from cyborg.api import expose
 from cyborg.api import microversion
 from cyborg.api import views
+from cyborg.api.controllers.v2 import attributes
+from cyborg.api.controllers.v2 import deployables
 from cyborg.api.controllers.v2 import device_profiles
+from cyborg.api.controllers.v2 import devices
 
 
 def _version(request, href):
@@ -21,6 +24,9 @@ def _version(request, href):
 class V2Controller:
 
     device_profiles = device_profiles.DeviceProfilesController()
+    devices = devices.DevicesController()
+    deployables = deployables.DeployablesController()
+    attributes = attributes.AttributesController()
 
     @expose.json()
     def index(self):

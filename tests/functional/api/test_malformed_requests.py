@@ -14,8 +14,18 @@ from cyborg.api import app as api_app
 from cyborg.db import models
 from cyborg.db import session
 from tests import conftest
+from tests import inventory_rows
 
 DP = '/v2/device_profiles'
+DEV = '/v2/devices'
+DEP = '/v2/deployables'
+ATTR = '/v2/attributes'
+# The inventory rows of the module's database get these uuids.
+DEVICE = 'de000000-0000-4000-8000-000000000001'
+DEPLOYABLE = 'de000000-0000-4000-8000-000000000002'
+ATTRIBUTE = 'de000000-0000-4000-8000-000000000003'
+UNKNOWN = '7a0b1c2d-0000-4000-8000-000000000000'
+IMAGE = '5b7d2b0a-1e4c-4a7e-9d0c-2a8c0b7f3e11'
 GOOD_GROUP = {'resources:FPGA': '1', 'trait:CUSTOM_FAKE_DEVICE': 'required'}
 
 
@@ -40,6 +50,24 @@ def group(**items):
 
 def raw_group(g):
     return [profile(groups=[g])]
+
+
+def program(**changes):
+    """The program patch, with ``changes`` to its one operation."""
+    op = {'path': '/program', 'op': 'replace',
+          'value': [{'image_uuid': IMAGE}]}
+    op.update(changes)
+    return [{k: v for k, v in op.items() if v is not _DROP}]
+
+
+def attribute(**changes):
+    body = {'deployable_id': DEPLOYABLE, 'key': 'colour', 'value': 'blue'}
+    body.update(changes)
+    return {k: v for k, v in body.items() if v is not _DROP}
+
+
+_DROP = object()
+PROGRAM = DEP + '/' + DEPLOYABLE + '/program'
 
 
 # (case id, method, path, body (JSON-able, or bytes sent as is),
@@ -206,6 +234,136 @@ CASES = [
      None, {}, 404, '7a0b1c2d'),
     ('put-collection', 'PUT', DP, [profile()], {}, 405, 'PUT'),
     ('unknown-path', 'GET', '/v2/widgets', None, {}, 404, '/v2/widgets'),
+    # Devices.
+    ('device-limit-zero', 'GET', DEV + '?limit=0', None, {}, 400, 'limit'),
+    ('device-sort-key-bad', 'GET', DEV + '?sort_key=model', None, {}, 400,
+     'sort_key'),
+    ('device-marker-unknown', 'GET', DEV + '?marker=' + UNKNOWN, None, {},
+     404, 'marker'),
+    ('device-not-uuid', 'GET', DEV + '/gpu0', None, {}, 404, 'gpu0'),
+    ('device-unknown', 'GET', DEV + '/' + UNKNOWN, None, {}, 404, UNKNOWN),
+    ('device-disable-unknown', 'POST', DEV + '/%s/disable' % UNKNOWN, None,
+     {}, 404, UNKNOWN),
+    ('device-enable-not-uuid', 'POST', DEV + '/gpu0/enable', None, {}, 404,
+     'gpu0'),
+    ('device-get-disable', 'GET', DEV + '/%s/disable' % DEVICE, None, {},
+     405, 'GET'),
+    ('device-unknown-action', 'POST', DEV + '/%s/reboot' % DEVICE, None, {},
+     404, 'reboot'),
+    ('device-delete', 'DELETE', DEV + '/' + DEVICE, None, {}, 405,
+     'DELETE'),
+    ('device-post', 'POST', DEV, {'type': 'GPU'}, {}, 405, 'POST'),
+    ('device-disable-version', 'POST', DEV + '/%s/disable' % DEVICE, None,
+     {'OpenStack-API-Version': 'accelerator 2.9'}, 406, '2.9'),
+    # Deployables and their program patch.
+    ('deployable-not-uuid', 'GET', DEP + '/FakeDevice', None, {}, 404,
+     'FakeDevice'),
+    ('deployable-unknown', 'GET', DEP + '/' + UNKNOWN, None, {}, 404,
+     UNKNOWN),
+    ('deployable-device-filter', 'GET', DEP + '?device_id=1', None, {}, 400,
+     'device_id'),
+    ('deployable-rp-filter', 'GET', DEP + '?rp_uuid=rp', None, {}, 400,
+     'rp_uuid'),
+    ('deployable-sort-key-bad', 'GET', DEP + '?sort_key=rp_uuid', None, {},
+     400, 'sort_key'),
+    ('deployable-patch-item', 'PATCH', DEP + '/' + DEPLOYABLE, program(), {},
+     405, 'PATCH'),
+    ('program-post', 'POST', PROGRAM, program(), {}, 405, 'POST'),
+    ('program-not-json', 'PATCH', PROGRAM, b'[{"path": ', {}, 400, 'JSON'),
+    ('program-text-plain', 'PATCH', PROGRAM, program(),
+     {'Content-Type': 'text/plain'}, 415, 'application/json'),
+    ('program-object', 'PATCH', PROGRAM, program()[0], {}, 400, 'array'),
+    ('program-empty', 'PATCH', PROGRAM, [], {}, 400, 'array'),
+    ('program-two-ops', 'PATCH', PROGRAM, program() * 2, {}, 400, 'one'),
+    ('program-null-op', 'PATCH', PROGRAM, [None], {}, 400, 'object'),
+    ('program-unknown-field', 'PATCH', PROGRAM, program(frm='/x'), {}, 400,
+     'frm'),
+    ('program-no-value', 'PATCH', PROGRAM, program(value=_DROP), {}, 400,
+     'value'),
+    ('program-no-path', 'PATCH', PROGRAM, program(path=_DROP), {}, 400,
+     'path'),
+    ('program-other-path', 'PATCH', PROGRAM, program(path='/name'), {}, 400,
+     '/name'),
+    ('program-op-add', 'PATCH', PROGRAM, program(op='add'), {}, 400,
+     'replace'),
+    ('program-value-object', 'PATCH', PROGRAM,
+     program(value={'image_uuid': IMAGE}), {}, 400, 'image_uuid'),
+    ('program-value-empty', 'PATCH', PROGRAM, program(value=[]), {}, 400,
+     'image_uuid'),
+    ('program-value-two', 'PATCH', PROGRAM,
+     program(value=[{'image_uuid': IMAGE}] * 2), {}, 400, 'image_uuid'),
+    ('program-value-extra', 'PATCH', PROGRAM,
+     program(value=[{'image_uuid': IMAGE, 'x': 1}]), {}, 400, 'image_uuid'),
+    ('program-image-bad', 'PATCH', PROGRAM,
+     program(value=[{'image_uuid': 'cirros'}]), {}, 400, 'cirros'),
+    ('program-image-number', 'PATCH', PROGRAM,
+     program(value=[{'image_uuid': 7}]), {}, 400, 'image_uuid'),
+    ('program-two-deployables', 'PATCH', PROGRAM + '/' + UNKNOWN, program(),
+     {}, 400, UNKNOWN),
+    ('program-unknown-deployable', 'PATCH', DEP + '/%s/program' % UNKNOWN,
+     program(), {}, 404, UNKNOWN),
+    ('program-not-available', 'PATCH', PROGRAM, program(), {}, 409,
+     'not available yet'),
+    # Attributes.
+    ('attribute-not-json', 'POST', ATTR, b'{"key": ', {}, 400, 'JSON'),
+    ('attribute-text-plain', 'POST', ATTR, attribute(),
+     {'Content-Type': 'text/plain'}, 415, 'application/json'),
+    ('attribute-array', 'POST', ATTR, [attribute()], {}, 400, 'object'),
+    ('attribute-null', 'POST', ATTR, None, {}, 400, 'object'),
+    ('attribute-unknown-field', 'POST', ATTR, attribute(colour='x'), {}, 400,
+     'colour'),
+    ('attribute-wrapped-and-more', 'POST', ATTR,
+     {'attribute': attribute(), 'extra': 1}, {}, 400, 'extra'),
+    ('attribute-no-deployable', 'POST', ATTR,
+     {'attribute': attribute(deployable_id=_DROP)}, {}, 400,
+     'deployable_id'),
+    ('attribute-deployable-null', 'POST', ATTR,
+     attribute(deployable_id=None), {}, 400, 'null'),
+    ('attribute-deployable-bool', 'POST', ATTR,
+     attribute(deployable_id=True), {}, 400, 'boolean'),
+    ('attribute-deployable-zero', 'POST', ATTR, attribute(deployable_id=0),
+     {}, 400, 'deployable_id'),
+    ('attribute-deployable-negative', 'POST', ATTR,
+     attribute(deployable_id='-1'), {}, 400, '-1'),
+    ('attribute-deployable-word', 'POST', ATTR,
+     attribute(deployable_id='FakeDevice'), {}, 400, 'FakeDevice'),
+    ('attribute-deployable-float', 'POST', ATTR,
+     attribute(deployable_id=1.5), {}, 400, 'deployable_id'),
+    ('attribute-deployable-unknown', 'POST', ATTR,
+     attribute(deployable_id=UNKNOWN), {}, 400, UNKNOWN),
+    ('attribute-deployable-unknown-id', 'POST', ATTR,
+     attribute(deployable_id='424242'), {}, 400, '424242'),
+    ('attribute-no-key', 'POST', ATTR, attribute(key=_DROP), {}, 400, 'key'),
+    ('attribute-key-empty', 'POST', ATTR, attribute(key=''), {}, 400, 'key'),
+    ('attribute-key-number', 'POST', ATTR, attribute(key=5), {}, 400, 'key'),
+    ('attribute-key-256', 'POST', ATTR, attribute(key='k' * 256), {}, 400,
+     'key'),
+    ('attribute-no-value', 'POST', ATTR, attribute(value=_DROP), {}, 400,
+     'value'),
+    ('attribute-value-null', 'POST', ATTR, attribute(value=None), {}, 400,
+     'value'),
+    ('attribute-value-number', 'POST', ATTR, attribute(value=5), {}, 400,
+     'value'),
+    ('attribute-value-256', 'POST', ATTR, attribute(value='v' * 256), {}, 400,
+     'value'),
+    ('attribute-duplicate', 'POST', ATTR, attribute(key='rc'), {}, 409,
+     'rc'),
+    ('attribute-filter-deployable', 'GET', ATTR + '?deployable_id=abc',
+     None, {}, 400, 'abc'),
+    ('attribute-filter-key-empty', 'GET', ATTR + '?key=', None, {}, 400,
+     'key'),
+    ('attribute-sort-key-bad', 'GET', ATTR + '?sort_key=value', None, {},
+     400, 'sort_key'),
+    ('attribute-unknown', 'GET', ATTR + '/' + UNKNOWN, None, {}, 404,
+     UNKNOWN),
+    ('attribute-delete-empty', 'DELETE', ATTR + '/', None, {}, 400, 'empty'),
+    ('attribute-delete-unknown', 'DELETE', ATTR + '/' + UNKNOWN, None, {},
+     404, UNKNOWN),
+    ('attribute-delete-not-uuid', 'DELETE', ATTR + '/rc', None, {}, 404,
+     'rc'),
+    ('attribute-delete-all', 'DELETE', ATTR, None, {}, 405, 'DELETE'),
+    ('attribute-patch', 'PATCH', ATTR + '/' + ATTRIBUTE, [], {}, 405,
+     'PATCH'),
 ]
 
 
@@ -217,6 +375,17 @@ def app_and_db(module_db_url):
     # One profile exists, so that deletes naming it next to an unknown
     # name must leave it in place.
     app.post_json(DP, [{'name': 'existing', 'groups': [GOOD_GROUP]}])
+    # The fake driver's inventory, under uuids the cases can name.
+    device, = inventory_rows.add_host(db.engine, 'host1',
+                                      inventory_rows.fake_devices())
+    deployable = device.deployables['FakeDevice']
+    with db.engine.begin() as conn:
+        for model, old, new in (
+                (models.Device, device.uuid, DEVICE),
+                (models.Deployable, deployable.uuid, DEPLOYABLE),
+                (models.Attribute, deployable.attributes['rc'], ATTRIBUTE)):
+            conn.execute(sa.update(model).where(model.uuid == old).values(
+                uuid=new))
     yield app, db
     db.dispose()
 

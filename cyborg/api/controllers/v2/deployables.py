@@ -1,0 +1,155 @@
+"""/v2/deployables: the units of a device that Placement sees."""
+
+import uuid as uuidlib
+
+import pecan
+
+from cyborg import exception
+from cyborg.api import collection
+from cyborg.api import expose
+from cyborg.api import request_body
+from cyborg.api import views
+from cyborg.api.controllers import resource
+from cyborg.db.api import deployables as db
+
+PROGRAM = 'program'
+_PROGRAM_OP_FIELDS = {'path', 'op', 'value'}
+
+
+class ProgrammingUnavailable(exception.Conflict):
+    code = 'cyborg.deployable.programming_unavailable'
+
+
+def _view(deployable, attributes, base_url):
+    return {
+        'uuid': deployable.uuid,
+        'parent_id': deployable.parent_uuid,
+        'root_id': deployable.root_uuid,
+        'name': deployable.name,
+        'num_accelerators': deployable.num_accelerators,
+        'device_id': deployable.device_uuid,
+        'attributes_list': [{'key': k, 'value': v}
+                            for k, v in attributes.get(deployable.id, ())],
+        'rp_uuid': deployable.rp_uuid,
+        'driver_name': deployable.driver_name,
+        'bitstream_id': deployable.bitstream_id,
+        'created_at': views.timestamp(deployable.created_at),
+        'updated_at': views.timestamp(deployable.updated_at),
+        'links': views.self_link(base_url, 'deployables', deployable.uuid),
+    }
+
+
+def _uuid(value):
+    """``value`` as a canonical uuid, or None if it is not one."""
+    try:
+        return str(uuidlib.UUID(value)) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _uuid_param(params, name):
+    value = params.get(name)
+    if value is None:
+        return None
+    checked = _uuid(value)
+    if checked is None:
+        raise exception.Invalid('The %s filter must be a uuid, not %r.'
+                                % (name, value), code='cyborg.invalid_filter')
+    return checked
+
+
+def _item_uuid(key):
+    checked = _uuid(key)
+    if checked is None:
+        raise exception.NotFound('No deployable with uuid %s exists.' % key,
+                                 code='cyborg.deployable.not_found')
+    return checked
+
+
+def check_program_patch(body):
+    """The image uuid of ``[{"path": "/program", "op": "replace",
+    "value": [{"image_uuid": <uuid>}]}]``, checked field by field.
+    """
+    if not isinstance(body, list) or len(body) != 1:
+        raise exception.Invalid(
+            'The request body must be a JSON array of one patch operation '
+            'replacing /program, not %s.' % (
+                'an array of %d' % len(body) if isinstance(body, list)
+                else request_body.json_type(body)))
+    op = body[0]
+    if not isinstance(op, dict):
+        raise exception.Invalid('The patch operation must be a JSON object, '
+                                'not %s.' % request_body.json_type(op))
+    unknown = set(op) - _PROGRAM_OP_FIELDS
+    if unknown:
+        raise exception.Invalid('A patch operation has no field %s.'
+                                % ', '.join(sorted(unknown)))
+    missing = _PROGRAM_OP_FIELDS - set(op)
+    if missing:
+        raise exception.Invalid('The patch operation needs the field %s.'
+                                % ', '.join(sorted(missing)))
+    if op['path'] != '/program':
+        raise exception.Invalid('Only the path /program can be patched, '
+                                'not %r.' % (op['path'],))
+    if op['op'] != 'replace':
+        raise exception.Invalid('The op for /program must be replace, '
+                                'not %r.' % (op['op'],))
+    value = op['value']
+    if (not isinstance(value, list) or len(value) != 1
+            or not isinstance(value[0], dict)
+            or set(value[0]) != {'image_uuid'}):
+        raise exception.Invalid(
+            'The value for /program must be an array of one object with '
+            'just the field image_uuid.')
+    image_uuid = _uuid(value[0]['image_uuid'])
+    if image_uuid is None:
+        raise exception.Invalid('The image_uuid %r is not a uuid.'
+                                % (value[0]['image_uuid'],))
+    return image_uuid
+
+
+class DeployablesController(resource.ResourceController):
+
+    ACTIONS = {('PATCH', PROGRAM): 'program'}
+
+    @pecan.expose()
+    def _route(self, args, request=None):
+        request = request if request is not None else pecan.request
+        # openstacksdk (and so OSC >= 10.5) sends /<uuid>/program/<uuid>.
+        if len(args) == 3 and args[1] == PROGRAM:
+            if args[2] != args[0]:
+                raise exception.Invalid(
+                    'The path names two deployables, %s and %s.'
+                    % (args[0], args[2]))
+            args = args[:2]
+        return super()._route(args, request)
+
+    @expose.json()
+    def get_all(self, **params):
+        request = pecan.request
+        request.authorize('cyborg:deployable:get_all')
+        page = collection.page_params(request, params,
+                                      {'name', 'created_at'})
+        rows, attributes = db.list_deployables(
+            request.context, name=params.get('name'),
+            device_uuid=_uuid_param(params, 'device_id'),
+            rp_uuid=_uuid_param(params, 'rp_uuid'), **page)
+        base = views.base_url(request)
+        return {'deployables': [_view(d, attributes, base) for d in rows]}
+
+    @expose.json()
+    def get_one(self, key, **params):
+        request = pecan.request
+        request.authorize('cyborg:deployable:get_one')
+        row, attributes = db.get_deployable(request.context, _item_uuid(key))
+        return _view(row, attributes, views.base_url(request))
+
+    @expose.json()
+    def program(self, key, **params):
+        request = pecan.request
+        request.authorize('cyborg:deployable:program')
+        check_program_patch(request_body.load_json(request))
+        row, _ = db.get_deployable(request.context, _item_uuid(key))
+        raise ProgrammingUnavailable(
+            'Programming is not available yet for deployable %s: this '
+            'service cannot load bitstreams yet.' % row.uuid)

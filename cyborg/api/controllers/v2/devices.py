@@ -1,0 +1,113 @@
+"""/v2/devices: the accelerators found on hosts; operators disable them."""
+
+import uuid as uuidlib
+
+import pecan
+
+from cyborg import exception
+from cyborg.api import collection
+from cyborg.api import expose
+from cyborg.api import views
+from cyborg.api.controllers import resource
+from cyborg.db.api import devices as db
+
+FILTERS = ('type', 'vendor', 'hostname')
+STATUS_FROM_VERSION = (2, 3)
+
+
+class ConductorUnavailable(exception.CyborgError):
+    status = 503
+    code = 'cyborg.conductor_unavailable'
+
+
+def _view(device, base_url, version):
+    view = {
+        'uuid': device.uuid,
+        'type': device.type,
+        'vendor': device.vendor,
+        'model': device.model,
+        'std_board_info': device.std_board_info,
+        'vendor_board_info': device.vendor_board_info,
+        'hostname': device.hostname,
+        'created_at': views.timestamp(device.created_at),
+        'updated_at': views.timestamp(device.updated_at),
+        'links': views.self_link(base_url, 'devices', device.uuid),
+    }
+    if version >= STATUS_FROM_VERSION:
+        view['status'] = device.status
+    return view
+
+
+def _checked_uuid(key):
+    try:
+        return str(uuidlib.UUID(key))
+    except ValueError:
+        raise exception.NotFound('No device with uuid %s exists.' % key,
+                                 code='cyborg.device.not_found') from None
+
+
+# The conductor's exceptions arrive as RemoteError named by class.
+_REMOTE_ERRORS = {cls.__name__: cls for cls in (
+    exception.Invalid, exception.NotFound, exception.Conflict)}
+
+
+def _set_status(request, device_uuid, status):
+    """Ask the conductor to move the device to ``status``."""
+    import oslo_messaging as messaging  # as late as the transport itself
+    try:
+        request.app_state.conductor.set_device_status(
+            request.context, device_uuid, status)
+    except messaging.MessagingTimeout:
+        raise ConductorUnavailable(
+            'The conductor did not answer in time; device %s may still '
+            'change to %s.' % (device_uuid, status)) from None
+    except messaging.MessageDeliveryFailure:
+        raise ConductorUnavailable(
+            'The conductor cannot be reached; try again later.') from None
+    except messaging.RemoteError as e:
+        known = _REMOTE_ERRORS.get(e.exc_type)
+        if known is None:
+            raise
+        raise known(e.value) from None
+
+
+class DevicesController(resource.ResourceController):
+
+    ACTIONS = {('POST', 'disable'): 'disable', ('POST', 'enable'): 'enable'}
+
+    @expose.json()
+    def get_all(self, **params):
+        request = pecan.request
+        request.authorize('cyborg:device:get_all')
+        page = collection.page_params(
+            request, params, {'type', 'vendor', 'hostname', 'created_at'})
+        filters = {name: params[name] for name in FILTERS if name in params}
+        rows = db.list_devices(request.context, **filters, **page)
+        base = views.base_url(request)
+        return {'devices': [_view(d, base, request.version) for d in rows]}
+
+    @expose.json()
+    def get_one(self, key, **params):
+        request = pecan.request
+        request.authorize('cyborg:device:get_one')
+        device = db.get_device(request.context, _checked_uuid(key))
+        # Bare, as clients read it (tempest reads response['uuid']).
+        return _view(device, views.base_url(request), request.version)
+
+    @expose.json()
+    def disable(self, key, **params):
+        return self._change_status(key, 'disable', 'maintaining')
+
+    @expose.json()
+    def enable(self, key, **params):
+        return self._change_status(key, 'enable', 'enabled')
+
+    @staticmethod
+    def _change_status(key, action, status):
+        request = pecan.request
+        request.authorize('cyborg:device:' + action)
+        device_uuid = _checked_uuid(key)
+        db.get_device(request.context, device_uuid)
+        _set_status(request, device_uuid, status)
+        device = db.get_device(request.context, device_uuid)
+        return _view(device, views.base_url(request), request.version)

@@ -1,0 +1,24 @@
+"""cyborg-agent: discover this host's accelerators and report them.
+
+    cyborg-agent [--config-file F ...]
+
+Runs until SIGTERM or SIGINT (exit 0); SIGHUP re-reads the configuration
+files and restarts the discovery loop.
+"""
+
+import sys
+
+from oslo_config import cfg
+from oslo_log import log
+
+from cyborg import conf as cyborg_conf
+from cyborg import service  # first: keeps eventlet out (see service.py)
+from cyborg.agent import manager
+
+
+def main(argv=None):
+    conf = cfg.CONF
+    log.register_options(conf)
+    cyborg_conf.load(sys.argv[1:] if argv is None else argv, conf=conf)
+    log.setup(conf, 'cyborg')
+    sys.exit(service.launch(manager.AgentService(conf), conf))

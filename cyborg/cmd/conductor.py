@@ -1,0 +1,24 @@
+"""cyborg-conductor: the only writer of inventory; syncs Placement.
+
+    cyborg-conductor [--config-file F ...]
+
+Runs until SIGTERM or SIGINT (exit 0); SIGHUP re-reads the configuration
+files and restarts the RPC server.
+"""
+
+import sys
+
+from oslo_config import cfg
+from oslo_log import log
+
+from cyborg import conf as cyborg_conf
+from cyborg import service  # first: keeps eventlet out (see service.py)
+from cyborg.conductor import manager
+
+
+def main(argv=None):
+    conf = cfg.CONF
+    log.register_options(conf)
+    cyborg_conf.load(sys.argv[1:] if argv is None else argv, conf=conf)
+    log.setup(conf, 'cyborg')
+    sys.exit(service.launch(manager.ConductorService(conf), conf))

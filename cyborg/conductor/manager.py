@@ -1,0 +1,120 @@
+"""The conductor: its RPC endpoints and the service that serves them.
+
+The endpoints are thin: ``HostSync`` (``host_sync.py``) does the work of
+each call, the database diff and the Placement sync.
+"""
+
+import contextlib
+
+from oslo_db import exception as db_exception
+from oslo_log import log
+import oslo_messaging as messaging
+import sqlalchemy as sa
+
+from cyborg import rpc
+from cyborg import service
+from cyborg.clients import placement as placement_client
+from cyborg.conductor import host_sync
+from cyborg.conductor import rpcapi
+from cyborg.db import session
+from cyborg.objects import inventory as inventory_objects
+
+LOG = log.getLogger(__name__)
+
+# What a database that went away mid-run raises: oslo.db translates
+# MySQL's errors to DBConnectionError, but lets psycopg2's "connection
+# to server ... failed" through as SQLAlchemy's OperationalError.
+DATABASE_DOWN = (db_exception.DBConnectionError, sa.exc.OperationalError)
+
+
+class ConductorManager:
+    """RPC endpoints of ``rpcapi.ConductorAPI``."""
+
+    target = messaging.Target(version=rpcapi.VERSION)
+
+    def __init__(self, sync):
+        self.sync = sync
+
+    # An outage of the database is expected now and then: the caller gets
+    # the error and this log a one-line warning, not a traceback per call.
+    @messaging.expected_exceptions(*DATABASE_DOWN)
+    def report_host_inventory(self, context, inventory,
+                              compute_node_names=None):
+        # A 1.0 agent sends no names: its compute node is found under its
+        # host name.
+        names = compute_node_names or [inventory['hostname']]
+        with _database_outage('the report of host %s' % inventory['hostname']):
+            return self.sync.report(
+                context, inventory_objects.HostInventory.from_dict(inventory),
+                names)
+
+    @messaging.expected_exceptions(*DATABASE_DOWN)
+    def set_device_status(self, context, device_uuid, status):
+        with _database_outage('setting device %s %s' % (device_uuid,
+                                                          status)):
+            return self.sync.set_device_status(context, device_uuid,
+                                               status)
+
+
+@contextlib.contextmanager
+def _database_outage(what):
+    """Say plainly that the database is down; the caller gets the error
+    and tries again (an agent at its next report)."""
+    try:
+        yield
+    except DATABASE_DOWN as exc:
+        LOG.warning('cyborg-conductor: waiting for the database: %s failed: '
+                    '%s', what, service.describe_error(exc))
+        raise
+
+
+def check_database(db):
+    with db.engine.connect() as connection:
+        connection.execute(sa.text('SELECT 1'))
+
+
+def check_placement(client):
+    # Any authenticated read proves the endpoint and the credentials.
+    client.find_provider_by_name('cyborg-conductor-reachability-check')
+
+
+class ConductorService(service.Service):
+    """Waits for the database, Placement and RabbitMQ, then serves RPC.
+
+    ``transport``, ``db`` and ``placement`` are shared when given (the
+    single-machine mode); otherwise they are made from ``conf`` and
+    released on stop.
+    """
+
+    def __init__(self, conf, transport=None, db=None, placement=None):
+        super().__init__('cyborg-conductor', conf.conductor.retry_interval)
+        self.conf = conf
+        self._shared_transport = transport
+        self._shared_db = db
+        self._placement = placement
+        self.manager = None
+
+    def on_start(self):
+        conf = self.conf
+        db = self._shared_db
+        if db is None:
+            db = session.Database(conf)
+            self.on_stop(db.dispose)
+        self.wait_for('the database', lambda: check_database(db))
+        placement = self._placement
+        if placement is None:
+            placement = placement_client.PlacementClient.from_conf(conf)
+        self.wait_for('Placement', lambda: check_placement(placement))
+        self.wait_for(service.describe_message_bus(conf),
+                      lambda: service.check_message_bus(conf))
+        if self.stopping:
+            return
+        transport = self._shared_transport
+        if transport is None:
+            transport = service.get_transport(conf)
+            self.on_stop(transport.cleanup)
+        self.manager = ConductorManager(host_sync.HostSync(placement))
+        server = rpc.get_server(transport, rpc.CONDUCTOR_TOPIC, conf.host,
+                                [self.manager], db=db)
+        server.start()
+        self.on_stop(service.stop_rpc_server, server)

@@ -1,0 +1,46 @@
+"""[agent] options: what the agent discovers and how often it reports."""
+
+from oslo_config import cfg
+
+GROUP = 'agent'
+TITLE = 'Agent options'
+
+opts = [
+    cfg.ListOpt('enabled_drivers',
+                default=[],
+                help='Accelerator drivers the agent runs (entry points of '
+                     'the cyborg.accelerator.driver namespace), for example '
+                     'fake_driver, pci_driver, nvidia_gpu_driver.'),
+    cfg.IntOpt('report_interval',
+               default=60,
+               min=1,
+               help='Seconds between two discoveries of the host. Each '
+                    'discovery reports the whole host to the conductor; a '
+                    'report that changes nothing writes nothing.'),
+    cfg.IntOpt('report_timeout',
+               default=60,
+               min=1,
+               help='Seconds the agent waits for the conductor to answer '
+                    'a report before trying again at the next interval.'),
+    cfg.IntOpt('retry_interval',
+               default=5,
+               min=1,
+               help='Seconds between two attempts to reach a neighbour '
+                    '(RabbitMQ, Placement) that is down when the agent '
+                    'starts.'),
+]
+
+
+def _group():
+    # A new OptGroup per configuration: oslo.config keeps the registered
+    # options, overrides included, on the group object itself.
+    return cfg.OptGroup(GROUP, title=TITLE)
+
+
+def register_opts(conf):
+    conf.register_group(_group())
+    conf.register_opts(opts, group=GROUP)
+
+
+def list_opts():
+    return {_group(): opts}

@@ -1,0 +1,220 @@
+"""The deployable API on each database engine, with rows as the conductor
+stores them.
+"""
+
+import dataclasses
+import uuid
+
+import pytest
+
+from cyborg.objects import inventory
+from tests import inventory_rows
+
+DEPLOYABLES = '/v2/deployables'
+FIELDS = {'uuid', 'parent_id', 'root_id', 'name', 'num_accelerators',
+          'device_id', 'attributes_list', 'rp_uuid', 'driver_name',
+          'bitstream_id', 'created_at', 'updated_at', 'links'}
+IMAGE = '5b7d2b0a-1e4c-4a7e-9d0c-2a8c0b7f3e11'
+PROGRAM = [{'path': '/program', 'op': 'replace',
+            'value': [{'image_uuid': IMAGE}]}]
+
+
+def as_role(*roles, project='p1'):
+    return {'X-Roles': ','.join(roles), 'X-Project-Id': project,
+            'X-User-Id': 'u-' + roles[0]}
+
+
+READER = as_role('reader')
+MEMBER = as_role('member', 'reader')
+MANAGER = as_role('manager', 'member', 'reader')
+ADMIN = as_role('admin', 'manager', 'member', 'reader')
+
+
+def fpga_board():
+    """An FPGA board whose region holds one function: a three-level tree."""
+    def deployable(name, parent, count):
+        return inventory.Deployable(
+            name=name, num_accelerators=count, resource_class='FPGA',
+            driver_name='intel_fpga_driver', parent=parent,
+            attributes={'level': name.lower()})
+    return inventory.Device(
+        type='FPGA', vendor='8086', model='PAC', controlpath_type='PCI',
+        controlpath_info={'address': '0000:5e:00.0'},
+        deployables=[deployable('Board', None, 1),
+                     deployable('Region', 'Board', 1),
+                     deployable('Function', 'Region', 2)])
+
+
+@pytest.fixture
+def stored(db):
+    fake_device, board = inventory_rows.add_host(
+        db.engine, 'host1', inventory_rows.fake_devices() + [fpga_board()])
+    return {'fake': fake_device, 'board': board}
+
+
+def uuids(api, query=''):
+    return [d['uuid'] for d in
+            api.get(DEPLOYABLES + query).json['deployables']]
+
+
+def test_list_shows_each_deployable_with_the_contract_fields(api, stored):
+    response = api.get(DEPLOYABLES)
+
+    assert list(response.json) == ['deployables']
+    fake = response.json['deployables'][0]
+    stored_fake = stored['fake'].deployables['FakeDevice']
+    assert set(fake) == FIELDS
+    assert fake['uuid'] == stored_fake.uuid
+    assert fake['name'] == 'FakeDevice'
+    assert fake['num_accelerators'] == 16
+    assert fake['driver_name'] == 'fake_driver'
+    assert fake['device_id'] == stored['fake'].uuid
+    assert fake['parent_id'] is None and fake['root_id'] is None
+    assert fake['bitstream_id'] is None
+    assert str(uuid.UUID(fake['rp_uuid'])) == fake['rp_uuid']
+    assert fake['attributes_list'] == [
+        {'key': 'rc', 'value': 'FPGA'},
+        {'key': 'trait0', 'value': 'CUSTOM_FAKE_DEVICE'}]
+    assert fake['updated_at'] is None
+    assert fake['links'] == [{
+        'href': 'http://localhost/v2/deployables/' + stored_fake.uuid,
+        'rel': 'self'}]
+
+
+def test_the_tree_is_told_by_uuids(api, stored):
+    by_name = {d['name']: d for d in
+               api.get(DEPLOYABLES).json['deployables']}
+    board = stored['board'].deployables
+
+    assert by_name['Board']['parent_id'] is None
+    assert by_name['Region']['parent_id'] == board['Board'].uuid
+    assert by_name['Region']['root_id'] == board['Board'].uuid
+    assert by_name['Function']['parent_id'] == board['Region'].uuid
+    assert by_name['Function']['root_id'] == board['Board'].uuid
+    assert by_name['Function']['device_id'] == stored['board'].uuid
+    assert by_name['Function']['attributes_list'] == [
+        {'key': 'level', 'value': 'function'}]
+
+
+def test_get_one_answers_the_bare_deployable(api, stored):
+    region = stored['board'].deployables['Region'].uuid
+
+    one = api.get(DEPLOYABLES + '/' + region).json
+
+    assert one['uuid'] == region
+    assert one == [d for d in api.get(DEPLOYABLES).json['deployables']
+                   if d['uuid'] == region][0]
+
+
+@pytest.mark.parametrize('key', [
+    '3f1d2c6e-8a4b-4e0f-9c7d-5b2a1e0f9d84', 'FakeDevice'])
+def test_unknown_deployable_is_404(api, stored, key):
+    response = api.get(DEPLOYABLES + '/' + key, expect_errors=True)
+
+    assert response.status_int == 404
+    assert key in response.json['error_message']
+
+
+def test_list_filters_by_name_device_and_provider_in_sql(
+        api, stored, sql_counter):
+    board = stored['board']
+    fake = stored['fake'].deployables['FakeDevice']
+    rp_uuid = api.get(DEPLOYABLES + '/' + fake.uuid).json['rp_uuid']
+    sql_counter.reset()
+
+    assert uuids(api, '?name=Region') == [board.deployables['Region'].uuid]
+    assert uuids(api, '?device_id=' + board.uuid) == [
+        d.uuid for d in board.deployables.values()]
+    assert uuids(api, '?rp_uuid=' + rp_uuid) == [fake.uuid]
+    assert uuids(api, '?name=Region&device_id=' + stored['fake'].uuid) == []
+    assert uuids(api, '?device_id=' + str(uuid.uuid4())) == []
+    statements = [s for s in sql_counter.statements
+                  if 'FROM deployables' in s]
+    assert 'deployables.name =' in statements[0]
+    assert 'devices.uuid =' in statements[1]
+    assert 'deployables.rp_uuid =' in statements[2]
+
+
+def test_list_pages_with_limit_marker_and_sorting(api, stored):
+    everything = uuids(api)
+    first = uuids(api, '?limit=3')
+    rest = uuids(api, '?limit=3&marker=' + first[-1])
+    by_name = api.get(DEPLOYABLES + '?sort_key=name').json['deployables']
+
+    assert len(everything) == 4
+    assert first + rest == everything
+    assert [d['name'] for d in by_name] == [
+        'Board', 'FakeDevice', 'Function', 'Region']
+
+
+def test_list_makes_the_same_number_of_queries_for_any_number_of_rows(
+        api, db, sql_counter):
+    def queries_to_list(query=''):
+        sql_counter.reset()
+        count = len(api.get(DEPLOYABLES + query).json['deployables'])
+        return count, len(sql_counter)
+
+    inventory_rows.add_host(db.engine, 'h0', inventory_rows.fake_devices())
+    one = queries_to_list()
+    inventory_rows.add_host(db.engine, 'many', [
+        dataclasses.replace(fpga_board(), controlpath_info={'address': a})
+        for a in ('0000:%02x:00.0' % i for i in range(15))])
+    many = queries_to_list()
+    paged = queries_to_list('?limit=20&marker=' + uuids(api)[0])
+
+    # The deployables with their relatives, then their attributes.
+    assert one == (1, 2)
+    assert many == (46, 2)
+    assert paged == (20, 3)
+
+
+@pytest.mark.parametrize('headers,allowed', [
+    (READER, False), (MEMBER, False), (MANAGER, True), (ADMIN, True)])
+def test_reading_needs_a_project_manager_or_admin(api, stored, headers,
+                                                  allowed):
+    fake = stored['fake'].deployables['FakeDevice'].uuid
+    listing = api.get(DEPLOYABLES, headers=headers, expect_errors=True)
+    one = api.get(DEPLOYABLES + '/' + fake, headers=headers,
+                  expect_errors=True)
+
+    assert listing.status_int == one.status_int == (200 if allowed else 403)
+
+
+@pytest.mark.parametrize('path', ['/program', '/program/{uuid}'])
+def test_program_is_refused_as_not_available_yet(api, stored, path):
+    fake = stored['fake'].deployables['FakeDevice'].uuid
+    url = DEPLOYABLES + '/' + fake + path.format(uuid=fake)
+
+    response = api.patch_json(url, PROGRAM, expect_errors=True)
+
+    assert response.status_int == 409
+    assert response.json['error_message'] == (
+        'Programming is not available yet for deployable %s: this service '
+        'cannot load bitstreams yet.' % fake)
+    assert response.json['code'] == (
+        'cyborg.deployable.programming_unavailable')
+    assert api.get(DEPLOYABLES + '/' + fake).json['bitstream_id'] is None
+
+
+def test_program_of_an_unknown_deployable_is_404(api, stored):
+    missing = str(uuid.uuid4())
+
+    response = api.patch_json(DEPLOYABLES + '/%s/program' % missing,
+                              PROGRAM, expect_errors=True)
+
+    assert response.status_int == 404
+    assert missing in response.json['error_message']
+
+
+@pytest.mark.parametrize('headers,allowed', [
+    (READER, False), (MEMBER, False), (MANAGER, False), (ADMIN, True)])
+def test_only_admins_may_program(api, stored, headers, allowed):
+    fake = stored['fake'].deployables['FakeDevice'].uuid
+
+    response = api.patch_json(DEPLOYABLES + '/%s/program' % fake, PROGRAM,
+                              headers=headers, expect_errors=True)
+
+    # Allowed gets as far as the answer that programming is not there yet.
+    assert response.status_int == (409 if allowed else 403)
+    if not allowed:
+        assert 'cyborg:deployable:program' in response.json['error_message']

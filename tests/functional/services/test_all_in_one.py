@@ -1,0 +1,85 @@
+"""cyborg-all-in-one: API, conductor, agent and Placement in one process."""
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import requests
+
+from tests.functional.services.conftest import NVME_SPEC
+from tests.functional.services.conftest import RecordedHost
+from tests.functional.services.conftest import console_script
+from tests.functional.services.conftest import nvme_deployable
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def run_until_inventory_shown(tmp_path, port, config):
+    output = tmp_path / 'all-in-one.out'
+    with open(output, 'w') as sink:
+        process = subprocess.Popen(
+            [console_script('cyborg-all-in-one'), '--state-dir',
+             str(tmp_path / 'state'), '--port', str(port),
+             '--config-file', str(config)],
+            stdout=sink, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while 'Resource providers in Placement:' not in output.read_text():
+        assert process.poll() is None, output.read_text()
+        assert time.monotonic() < deadline, output.read_text()
+        time.sleep(0.2)
+    time.sleep(0.5)  # the lines after the heading
+    return process, output
+
+
+def stop(process):
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(15) == 0
+
+
+def test_discovers_syncs_and_shows_inventory(tmp_path):
+    # A whitelisted PCI device of "this machine" (a recorded tree) besides
+    # the fake FPGA.
+    recorded = RecordedHost(tmp_path / 'sysfs')
+    recorded.add_nvme(0x21)
+    config = tmp_path / 'extra.conf'
+    config.write_text('[DEFAULT]\nhost = aio-host\n[agent]\nreport_interval '
+                      '= 2\n[pci]\nsysfs_root = %s\ndevice_spec = %s\n'
+                      % (recorded.root, json.dumps(NVME_SPEC)))
+    port = free_port()
+    process, output = run_until_inventory_shown(tmp_path, port, config)
+    try:
+        shown = output.read_text()
+        assert 'drivers: fake_driver, pci_driver' in shown
+        providers = dict(re.findall(
+            r'^    aio-host_(\S+) \(([0-9a-f-]{36})\): ', shown, re.M))
+        assert sorted(providers) == sorted(['FakeDevice',
+                                            nvme_deployable(0x21)])
+
+        # The API reads what the conductor wrote, with each deployable
+        # pointing at the provider shown.
+        url = 'http://127.0.0.1:%d/v2' % port
+        devices = requests.get(url + '/devices', timeout=10).json()
+        assert sorted(d['type'] for d in devices['devices']) == ['FPGA',
+                                                                 'SSD']
+        deployables = requests.get(url + '/deployables', timeout=10).json()
+        assert {d['name']: d['rp_uuid']
+                for d in deployables['deployables']} == providers
+    finally:
+        stop(process)
+
+    # A restart reuses the state: the same providers come back.
+    process, output = run_until_inventory_shown(tmp_path, port, config)
+    try:
+        again = dict(re.findall(r'^    aio-host_(\S+) \(([0-9a-f-]{36})\): ',
+                                output.read_text(), re.M))
+        assert again == providers
+    finally:
+        stop(process)
+    assert 'threads only' in (tmp_path / 'state' / 'cyborg.log').read_text()

@@ -1,0 +1,184 @@
+"""cyborg-agent and cyborg-conductor as processes: report, stop, restart,
+and ride out their neighbours' outages.
+
+See conftest.py for what each test runs against.
+"""
+
+import re
+import signal
+import time
+
+from oslo_config import cfg
+
+from cyborg import context as cyborg_context
+from cyborg import service
+from cyborg.agent import manager as agent_manager
+from cyborg.agent import rpcapi as agent_rpcapi
+from cyborg.conductor import rpcapi as conductor_rpcapi
+from tests.functional.services.conftest import REPORT_INTERVAL
+from tests.functional.services.conftest import nvme_deployable
+
+FAKE = 'FakeDevice'
+# SIGTERM to exit: a service must not hang on a neighbour or a thread.
+# oslo.messaging's idle RabbitMQ listeners notice a stop within 5 s (their
+# consume timeout); the agent has two (its server and its reply queue).
+PROMPT_EXIT = 12
+OUTAGE = 30
+THREADS_ONLY = 'threads only: eventlet (not imported|imported but no hub ran)'
+
+
+def rpc_transport(deployment):
+    """A transport of the test itself, on the services' virtual host."""
+    config = deployment.directory / 'test-client.conf'
+    config.write_text(
+        '[DEFAULT]\ntransport_url = rabbit://guest:guest@127.0.0.1:5672/%s\n'
+        % deployment.vhost)
+    conf = cfg.ConfigOpts()
+    conf(['--config-file', str(config)], project='cyborg',
+         default_config_files=[])
+    return service.get_transport(conf)
+
+
+def start_services(deployment):
+    conductor = deployment.service('cyborg-conductor').start()
+    agent = deployment.service('cyborg-agent').start()
+    return conductor, agent
+
+
+def stop_promptly(process):
+    status, seconds = process.stop()
+    assert status == 0, process.tail()
+    assert seconds < PROMPT_EXIT, '%s took %.1f s to stop' % (
+        process.name, seconds)
+    assert re.search(THREADS_ONLY, process.log()), process.tail()
+
+
+def test_report_stop_and_restart(deployment):
+    deployment.recorded.add_nvme(0x21)
+    nvme = nvme_deployable(0x21)
+    conductor, agent = start_services(deployment)
+
+    # The compute node is named after the short host name only: the agent
+    # tries its configured name first and says which name matched.
+    labels = dict(agent_manager.name_candidates(deployment.host))
+    found = agent.wait_for_log(
+        r"Compute node resource provider \S+ found under '%s', (.+?) "
+        r"\(names tried: '%s'" % (re.escape(deployment.compute_node_name),
+                                  re.escape(deployment.host)))
+    assert found.group(1) == labels[deployment.compute_node_name]
+
+    providers = deployment.wait_until_converged({FAKE, nvme})
+    assert providers['%s_%s' % (deployment.host, FAKE)][2] == {'FPGA': 16}
+    assert providers['%s_%s' % (deployment.host, nvme)][2] == {
+        'CUSTOM_PCI': 1}
+    rows = deployment.db_deployables()
+
+    # Both RPC servers answer on this test's virtual host.
+    transport = rpc_transport(deployment)
+    context = cyborg_context.admin_context(None)
+    try:
+        assert agent_rpcapi.AgentAPI(transport, timeout=10).ping(
+            context, deployment.host) == {
+                'host': deployment.host, 'version': '1.0',
+                'drivers': ['fake_driver', 'pci_driver']}
+        answer = conductor_rpcapi.ConductorAPI(
+            transport, timeout=10).set_device_status(
+                context, rows[nvme][0], 'maintaining')
+        assert answer['status'] == 'maintaining'
+    finally:
+        transport.cleanup()
+    nvme_rp = providers['%s_%s' % (deployment.host, nvme)][0]
+    client = deployment.placement.client()
+    assert client.get_inventories(nvme_rp)[1]['CUSTOM_PCI']['reserved'] == 1
+
+    for process in (agent, conductor):
+        stop_promptly(process)
+
+    # A restart finds the same rows and providers and writes nothing:
+    # same UUIDs, same generations, the device still reserved.
+    before = deployment.providers()
+    log_start = agent.log_size()
+    conductor.start()
+    agent.start()
+    agent.wait_for_log(r'Reported 2 devices', since=log_start)
+    assert deployment.db_deployables() == rows
+    assert deployment.providers() == before
+    assert client.get_inventories(nvme_rp)[1]['CUSTOM_PCI']['reserved'] == 1
+
+    # SIGHUP restarts the agent in place: it keeps reporting.
+    log_start = agent.log_size()
+    agent.process.send_signal(signal.SIGHUP)
+    agent.wait_for_log(r'cyborg-agent started', since=log_start)
+    deployment.recorded.add_nvme(0x31)
+    deployment.wait_until_converged({FAKE, nvme, nvme_deployable(0x31)})
+
+    for process in (agent, conductor):
+        stop_promptly(process)
+
+
+# The database is the only neighbour whose behaviour depends on the
+# engine; RabbitMQ and Placement outages run once, to keep the time down.
+OUTAGES = {'mysql': ('rabbit', 'database', 'placement'),
+           'postgresql': ('database',)}
+
+
+def test_neighbours_down_at_start_and_while_running(deployment):
+    gates = deployment.gates
+    for gate in gates.values():
+        gate.close()
+    conductor, agent = start_services(deployment)
+
+    # Down at start: each service waits, says for what, and goes on once
+    # its neighbours answer.
+    conductor.wait_for_log(r'cyborg-conductor: waiting for the database')
+    agent.wait_for_log(r'cyborg-agent: waiting for RabbitMQ at %s'
+                       % re.escape(gates['rabbit'].address))
+    gates['database'].open()
+    conductor.wait_for_log(r'cyborg-conductor: waiting for Placement')
+    gates['placement'].open()
+    conductor.wait_for_log(r'cyborg-conductor: waiting for RabbitMQ')
+    time.sleep(2)
+    assert conductor.alive and agent.alive
+    gates['rabbit'].open()
+    conductor.wait_for_log(r'cyborg-conductor started')
+    agent.wait_for_log(r'cyborg-agent started')
+    expected = {FAKE}
+    deployment.wait_until_converged(expected)
+
+    # Down while running: a device added meanwhile shows up afterwards.
+    waiting = {
+        'rabbit': [(agent, r'waiting for RabbitMQ at %s|the report failed'
+                    % re.escape(gates['rabbit'].address)),
+                   (conductor, r'AMQP server on %s is unreachable'
+                    % re.escape(gates['rabbit'].address))],
+        'database': [(conductor, r'cyborg-conductor: waiting for the '
+                      r'database: the report of host'),
+                     (agent, r'the report failed: .*(DBConnectionError|'
+                      r'OperationalError)')],
+        'placement': [(conductor, r'Placement unreachable, will retry')],
+    }
+    # One new drive per outage; buses 0x10 apart leave room for the root
+    # port below each.
+    for index, name in enumerate(OUTAGES[deployment.engine_name]):
+        bus = 0x41 + 0x10 * index
+        since = {p.name: p.log_size() for p in (agent, conductor)}
+        gates[name].close()
+        deployment.recorded.add_nvme(bus)
+        deadline = time.monotonic() + OUTAGE
+        while time.monotonic() < deadline:
+            assert conductor.alive, conductor.tail()
+            assert agent.alive, agent.tail()
+            time.sleep(1)
+        for process, pattern in waiting[name]:
+            process.wait_for_log(pattern, timeout=0, since=since[process.name])
+        gates[name].open()
+        expected.add(nvme_deployable(bus))
+        deployment.wait_until_converged(expected, timeout=30)
+
+    # Neighbours down do not hold up a stop either.
+    for gate in gates.values():
+        gate.close()
+    time.sleep(REPORT_INTERVAL + 1)
+    for process in (agent, conductor):
+        stop_promptly(process)
+
