@@ -1,7 +1,8 @@
 """fake_driver: a fixed FPGA for CI and tempest; reads nothing.
 
 One FPGA at 0000:0c:00.0 (vendor abcd) with one deployable, ``FakeDevice``,
-of 16 ``TEST_PCI`` attach handles that Nova's libvirt driver ignores. The
+of 16 ``TEST_PCI`` attach handles that Nova's libvirt driver ignores, and
+the attribute ``region_uuid``. The
 handles are addressed like the VFs of the card (0c:00.1 to 0c:02.0) so
 that each is distinct.
 """
@@ -16,6 +17,9 @@ VENDOR_ID = 'abcd'
 HANDLES = 16
 TRAIT = 'CUSTOM_FAKE_DEVICE'
 DEPLOYABLE_NAME = 'FakeDevice'
+# The fake card's one reconfigurable region, named the way the Intel
+# driver reports a real one, so that bitstream matching has a region.
+REGION_UUID = 'f4c6a1b2-7d3e-4c58-9a0b-1e2f3d4c5b6a'
 
 
 class FakeDriver(base.AcceleratorDriver):
@@ -36,7 +40,8 @@ class FakeDriver(base.AcceleratorDriver):
             resource_class='FPGA',
             driver_name=self.name,
             traits=[TRAIT],
-            attach_handles=handles)
+            attach_handles=handles,
+            attributes={'region_uuid': REGION_UUID})
         return [inventory.Device(
             type='FPGA',
             vendor=VENDOR_ID,
