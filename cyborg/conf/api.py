@@ -2,6 +2,8 @@
 
 from oslo_config import cfg
 
+from cyborg.conf import groups
+
 GROUP = 'api'
 TITLE = 'REST API options'
 
@@ -29,12 +31,8 @@ opts = [
 
 
 def register_opts(conf):
-    # A new OptGroup each time: oslo.config keeps overrides on the group
-    # object, and a shared one would leak them from one ConfigOpts to the
-    # next.
-    conf.register_group(cfg.OptGroup(GROUP, title=TITLE))
-    conf.register_opts(opts, group=GROUP)
+    groups.register(conf, GROUP, TITLE, opts)
 
 
 def list_opts():
-    return {cfg.OptGroup(GROUP, title=TITLE): opts}
+    return groups.listing(GROUP, TITLE, opts)

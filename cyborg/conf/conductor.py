@@ -2,6 +2,8 @@
 
 from oslo_config import cfg
 
+from cyborg.conf import groups
+
 GROUP = 'conductor'
 TITLE = 'Conductor options'
 
@@ -15,16 +17,10 @@ opts = [
 ]
 
 
-def _group():
-    # A new OptGroup per configuration: oslo.config keeps the registered
-    # options, overrides included, on the group object itself.
-    return cfg.OptGroup(GROUP, title=TITLE)
-
 
 def register_opts(conf):
-    conf.register_group(_group())
-    conf.register_opts(opts, group=GROUP)
+    groups.register(conf, GROUP, TITLE, opts)
 
 
 def list_opts():
-    return {_group(): opts}
+    return groups.listing(GROUP, TITLE, opts)

@@ -8,6 +8,8 @@ not listed anywhere is offered whole, as a PGPU.
 
 from oslo_config import cfg
 
+from cyborg.conf import groups
+
 GROUP = 'gpu_devices'
 TITLE = 'GPU options'
 
@@ -33,15 +35,8 @@ def vgpu_group_name(type_id):
     return 'vgpu_%s' % type_id
 
 
-def _group():
-    # A new OptGroup per configuration: oslo.config keeps the registered
-    # options, overrides included, on the group object itself.
-    return cfg.OptGroup(GROUP, title=TITLE)
-
-
 def register_opts(conf):
-    conf.register_group(_group())
-    conf.register_opts(opts, group=GROUP)
+    groups.register(conf, GROUP, TITLE, opts)
 
 
 def register_dynamic_opts(conf):
@@ -53,4 +48,4 @@ def register_dynamic_opts(conf):
 
 
 def list_opts():
-    return {_group(): opts, 'vgpu_$TYPE': vgpu_opts}
+    return {**groups.listing(GROUP, TITLE, opts), 'vgpu_$TYPE': vgpu_opts}
