@@ -437,8 +437,8 @@ class _Plan:
         for attribute_id, value in self.attribute_updates:
             inventory_db.update_row(connection, inventory_db.attributes,
                                     attribute_id, {'value': value})
-        inventory_db.insert_rows(
-            connection, inventory_db.attributes,
+        inventory_db.insert_driver_attributes(
+            connection,
             [{'uuid': str(uuid_lib.uuid4()), 'deployable_id': ref.id,
               'key': key, 'value': value}
              for ref, key, value in self.new_attributes])
@@ -519,6 +519,8 @@ class _Plan:
     def _delete(self, connection):
         inventory_db.delete_rows(connection, inventory_db.attributes,
                                  self.removed_attributes)
+        inventory_db.delete_attributes_of(
+            connection, [d.id for d in self.removed_deployables])
         inventory_db.delete_rows(connection, inventory_db.attach_handles,
                                  self.removed_handles)
         # Children before parents: the tree's foreign keys restrict.

@@ -150,6 +150,11 @@ class Attribute(TimestampMixin, Base):
     key: orm.Mapped[str] = orm.mapped_column(sa.String(255), nullable=False)
     value: orm.Mapped[str] = orm.mapped_column(sa.String(255),
                                                nullable=False)
+    # 'driver': reported by the host's agent, kept in step with its
+    # reports; 'operator': made through the API, left alone by reports.
+    origin: orm.Mapped[str] = orm.mapped_column(
+        sa.String(16), nullable=False, default='operator',
+        server_default='operator')
 
 
 class AttachHandle(TimestampMixin, Base):

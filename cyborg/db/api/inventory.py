@@ -23,6 +23,7 @@ devices = models.Device.__table__
 controlpaths = models.ControlPathID.__table__
 deployables = models.Deployable.__table__
 attributes = models.Attribute.__table__
+DRIVER_ORIGIN = 'driver'
 attach_handles = models.AttachHandle.__table__
 arqs = models.ExtendedAcceleratorRequest.__table__
 
@@ -136,7 +137,10 @@ def read_host(connection, hostname):
                   attributes.c.value.label('attribute_value'))
         .select_from(deployables.join(
             devices, devices.c.id == deployables.c.device_id).outerjoin(
-            attributes, attributes.c.deployable_id == deployables.c.id))
+            attributes, sa.and_(
+                attributes.c.deployable_id == deployables.c.id,
+                # Operators' attributes are not the report's to change.
+                attributes.c.origin == DRIVER_ORIGIN)))
         .where(devices.c.hostname == hostname))
     by_id = {}
     # Positional: building objects from thousands of rows is the cost of
@@ -227,6 +231,27 @@ def update_row(connection, table, row_id, values):
 def delete_rows(connection, table, ids):
     if ids:
         connection.execute(sa.delete(table).where(table.c.id.in_(ids)))
+
+
+def delete_attributes_of(connection, deployable_ids):
+    """Every attribute of these deployables, whoever made it."""
+    if deployable_ids:
+        connection.execute(sa.delete(attributes).where(
+            attributes.c.deployable_id.in_(deployable_ids)))
+
+
+def insert_driver_attributes(connection, rows):
+    """Insert reported attributes; a reported key takes over an operator's
+    attribute of the same key on that deployable.
+    """
+    if not rows:
+        return
+    connection.execute(sa.delete(attributes).where(
+        sa.tuple_(attributes.c.deployable_id, attributes.c.key).in_(
+            [(row['deployable_id'], row['key']) for row in rows]),
+        attributes.c.origin != DRIVER_ORIGIN))
+    insert_rows(connection, attributes,
+                [dict(row, origin=DRIVER_ORIGIN) for row in rows])
 
 
 def find_device_host(connection, device_uuid):

@@ -4,9 +4,11 @@ import dataclasses
 import threading
 
 import pytest
+import sqlalchemy as sa
 
 from cyborg import context as cyborg_context
 from cyborg import exception
+from cyborg.accelerator.drivers import fake
 from cyborg.conductor import inventory as inventory_sync
 from cyborg.db import models
 from tests.functional.conductor import inventories
@@ -285,3 +287,23 @@ def test_concurrent_first_reports_write_the_host_once(db):
     assert len(rows(db, models.Device)) == 2
     assert len(rows(db, models.Deployable)) == 2
     assert len(rows(db, models.AttachHandle)) == 17
+
+
+def test_reports_leave_operator_attributes_alone(admin_context, db):
+    apply(admin_context, host(*fake_devices()))
+    [deployable] = rows(db, models.Deployable)
+    with db.engine.begin() as conn:
+        conn.execute(sa.insert(models.Attribute).values(
+            uuid='2b0f6d1e-5c4a-4f3b-8e9d-7a6c5b4d3e2f',
+            deployable_id=deployable.id, key='owner', value='team-a',
+            created_at=models.utcnow()))
+
+    apply(admin_context, host(*fake_devices()))
+    kept = {a.key: (a.value, a.origin) for a in rows(db, models.Attribute)}
+    changes = apply(admin_context, host())
+
+    assert kept == {'owner': ('team-a', 'operator'),
+                    'region_uuid': (fake.REGION_UUID, 'driver')}
+    # The device went away: its operator attribute goes with it.
+    assert changes.counts['devices_removed'] == 1
+    assert rows(db, models.Attribute) == []
