@@ -72,6 +72,10 @@ class RecordedHost:
         self.buses.append(bus)
         self._write()
 
+    def remove_nvme(self, bus):
+        self.buses.remove(bus)
+        self._write()
+
     def _write(self):
         self._version += 1
         functions = list(hosts.CHIPSET)
@@ -256,6 +260,15 @@ class Deployment:
         with self.db_engine.connect() as connection:
             return {name: (device, rp) for name, device, rp
                     in connection.execute(query)}
+
+    def db_snapshot(self):
+        """Every row of every table, timestamps included: equal snapshots
+        mean nothing was inserted, updated or deleted in between."""
+        with self.db_engine.connect() as connection:
+            return {table.name: sorted(
+                tuple(str(v) for v in row)
+                for row in connection.execute(sa.select(table)))
+                for table in models.Base.metadata.sorted_tables}
 
     def providers(self):
         """{RP name: (uuid, generation, inventories)} under the host."""

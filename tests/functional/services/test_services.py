@@ -7,6 +7,7 @@ See conftest.py for what each test runs against.
 import re
 import signal
 import time
+import uuid
 
 from oslo_config import cfg
 
@@ -14,7 +15,9 @@ from cyborg import context as cyborg_context
 from cyborg import service
 from cyborg.agent import manager as agent_manager
 from cyborg.agent import rpcapi as agent_rpcapi
+from cyborg.clients import placement as placement_client
 from cyborg.conductor import rpcapi as conductor_rpcapi
+from tests import placement_service
 from tests.functional.services.conftest import REPORT_INTERVAL
 from tests.functional.services.conftest import nvme_deployable
 
@@ -94,13 +97,20 @@ def test_report_stop_and_restart(deployment):
     for process in (agent, conductor):
         stop_promptly(process)
 
-    # A restart finds the same rows and providers and writes nothing:
-    # same UUIDs, same generations, the device still reserved.
+    # A restart finds the same rows and providers and writes nothing, in
+    # its first report or the ones after: every row (timestamps included)
+    # is as it was, and so is every provider's generation, which
+    # Placement bumps on any write.
     before = deployment.providers()
+    snapshot = deployment.db_snapshot()
     log_start = agent.log_size()
     conductor.start()
     agent.start()
-    agent.wait_for_log(r'Reported 2 devices', since=log_start)
+    first = agent.wait_for_log(r'Reported 2 devices to the conductor: (.*)',
+                               since=log_start)
+    assert "'changed': False" in first.group(1)
+    time.sleep(3 * REPORT_INTERVAL)
+    assert deployment.db_snapshot() == snapshot
     assert deployment.db_deployables() == rows
     assert deployment.providers() == before
     assert client.get_inventories(nvme_rp)[1]['CUSTOM_PCI']['reserved'] == 1
@@ -110,7 +120,28 @@ def test_report_stop_and_restart(deployment):
     agent.process.send_signal(signal.SIGHUP)
     agent.wait_for_log(r'cyborg-agent started', since=log_start)
     deployment.recorded.add_nvme(0x31)
-    deployment.wait_until_converged({FAKE, nvme, nvme_deployable(0x31)})
+    second = nvme_deployable(0x31)
+    providers = deployment.wait_until_converged({FAKE, nvme, second})
+
+    # A drive pulled while Nova holds an allocation on it leaves the DB
+    # (nothing of ours uses it) but its provider stays, fully reserved,
+    # until the allocation is gone; then it goes too.
+    second_rp = providers['%s_%s' % (deployment.host, second)][0]
+    consumer = str(uuid.uuid4())
+    placement_service.allocate(deployment.placement.adapter(), consumer,
+                               second_rp, {'CUSTOM_PCI': 1})
+    deployment.recorded.remove_nvme(0x31)
+    deadline = time.monotonic() + 30
+    while second in deployment.db_deployables():
+        assert time.monotonic() < deadline, 'the pulled drive stayed'
+        time.sleep(0.5)
+    time.sleep(2 * REPORT_INTERVAL)
+    kept = client.get_inventories(second_rp)[1]['CUSTOM_PCI']
+    assert kept['reserved'] == kept['total'] == 1
+    deployment.placement.adapter().delete(
+        '/allocations/%s' % consumer,
+        microversion=placement_client.MICROVERSION)
+    deployment.wait_until_converged({FAKE, nvme})
 
     for process in (agent, conductor):
         stop_promptly(process)
