@@ -1,6 +1,7 @@
 #!/bin/bash
 # Run cyborg-tempest-plugin's API tests against this checkout, behind a real
-# Keystone, then tear everything down. See README.rst beside this file.
+# Keystone, with a real Placement, RabbitMQ, conductor and agent (fake
+# driver), then tear everything down. See README.rst beside this file.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -22,6 +23,13 @@ DB_BACKEND=${DB_BACKEND:-auto}           # auto | mysql | sqlite
 DB_NAME=${DB_NAME:-cyborg_tempest}
 ADMIN_PASS=${ADMIN_PASS:-secretpass}
 SERVICE_PASS=${SERVICE_PASS:-cyborg-secret}
+# The agent's [DEFAULT] host, and so the compute node's name in Placement.
+COMPUTE_HOST=${COMPUTE_HOST:-$(hostname -s 2>/dev/null || python3 -c \
+  'import socket; print(socket.gethostname().split(".")[0])')}
+REPORT_INTERVAL=${REPORT_INTERVAL:-2}
+RABBIT=${RABBIT:-guest:guest@127.0.0.1:5672}   # user:password@host:port
+RABBIT_USER=${RABBIT%%:*}
+VHOST=cyborg-tempest-$$-$(date +%s)
 
 case $POLICY_MODE in
   new) NEW_DEFAULTS=true ;;
@@ -32,6 +40,7 @@ esac
 RUN_DIR=$WORK_DIR/run
 KS_DIR=$RUN_DIR/keystone
 CYBORG_DIR=$RUN_DIR/cyborg
+PLACEMENT_DIR=$RUN_DIR/placement
 WORKSPACE=$RUN_DIR/tempest
 START=$(date +%s)
 
@@ -66,22 +75,62 @@ wait_http() {  # url seconds pid
 
 mysql_root() { mysql -uroot -h127.0.0.1 --protocol=tcp "$@"; }
 
+rabbitmqctl_q() { rabbitmqctl -q "$@" >/dev/null; }
+
+# SIGTERM to all at once, then SIGKILL to any still there after 20 s
+# (the services stop within about 10 s, even with a neighbour gone).
+stop_pids() {
+  local pid alive
+  for pid in "$@"; do
+    kill "$pid" 2>/dev/null
+  done
+  for _ in $(seq 1 100); do
+    alive=
+    for pid in "$@"; do
+      kill -0 "$pid" 2>/dev/null && alive=1
+    done
+    [ -n "$alive" ] || break
+    sleep 0.2
+  done
+  for pid in "$@"; do
+    kill -9 "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  done
+  return 0
+}
+
 KS_PID=
 CYBORG_PID=
+AGENT_PID=
+CONDUCTOR_PID=
+PLACEMENT_PID=
 TEMPEST_PID=
 DB_CREATED=
+VHOST_CREATED=
 SUMMARY=
 cleanup() {
   local rc=$?
   set +e
-  if [ -n "$TEMPEST_PID" ]; then kill -- "-$TEMPEST_PID" 2>/dev/null; wait "$TEMPEST_PID" 2>/dev/null; fi
-  if [ -n "$CYBORG_PID" ]; then kill "$CYBORG_PID" 2>/dev/null; wait "$CYBORG_PID" 2>/dev/null; fi
-  if [ -z "$KS_PID" ] && [ -f "$KS_DIR/serve.pid" ]; then KS_PID=$(cat "$KS_DIR/serve.pid"); fi
-  if [ -n "$KS_PID" ]; then kill "$KS_PID" 2>/dev/null; fi
-  if [ -n "$DB_CREATED" ]; then mysql_root -e "DROP DATABASE IF EXISTS \`$DB_NAME\`"; fi
+  if [ -n "$TEMPEST_PID" ]; then
+    kill -- "-$TEMPEST_PID" 2>/dev/null
+    wait "$TEMPEST_PID" 2>/dev/null
+  fi
+  if [ -z "$KS_PID" ] && [ -f "$KS_DIR/serve.pid" ]; then
+    KS_PID=$(cat "$KS_DIR/serve.pid")
+  fi
+  stop_pids "$CYBORG_PID" "$AGENT_PID" "$CONDUCTOR_PID" "$PLACEMENT_PID" \
+    "$KS_PID"
+  if [ -n "$DB_CREATED" ]; then
+    mysql_root -e "DROP DATABASE IF EXISTS \`$DB_NAME\`"
+  fi
+  if [ -n "$VHOST_CREATED" ]; then
+    rabbitmqctl_q delete_vhost "$VHOST"
+  fi
   log "torn down (logs kept in $RUN_DIR); exit $rc"
   # The verdict closes the output.
-  if [ -s "$SUMMARY" ]; then tail -n 1 "$SUMMARY"; fi
+  if [ -s "$SUMMARY" ]; then
+    tail -n 1 "$SUMMARY"
+  fi
   exit $rc
 }
 trap cleanup EXIT
@@ -90,7 +139,11 @@ trap 'exit 143' TERM
 
 mkdir -p "$WORK_DIR/venvs"
 rm -rf "$RUN_DIR"
-mkdir -p "$KS_DIR" "$CYBORG_DIR" "$WORKSPACE"
+mkdir -p "$KS_DIR" "$CYBORG_DIR" "$PLACEMENT_DIR" "$WORKSPACE"
+command -v rabbitmqctl >/dev/null || {
+  echo "rabbitmqctl not found: each run makes its own RabbitMQ vhost" >&2
+  exit 2
+}
 
 # pip prints one warning per package for index locations that may not exist:
 # keep installs quiet and in a log, shown only on failure.
@@ -113,6 +166,20 @@ if [ ! -x "$CYBORG_VENV/bin/cyborg-api" ] || [ ! -x "$CYBORG_VENV/bin/cyborg-dbs
 fi
 # Run this checkout's code even if the venv was installed from another clone.
 export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
+
+# --- Placement: the service's venv when it has it (a test dependency) ---
+has_placement() {
+  "$1/bin/python" -c 'import placement.deploy, cheroot' 2>/dev/null
+}
+if [ -z "${PLACEMENT_VENV:-}" ]; then
+  PLACEMENT_VENV=$CYBORG_VENV
+  has_placement "$PLACEMENT_VENV" || PLACEMENT_VENV=$WORK_DIR/venvs/placement
+fi
+if ! has_placement "$PLACEMENT_VENV"; then
+  log "installing openstack-placement into $PLACEMENT_VENV"
+  pip_into "$PLACEMENT_VENV" "$WORK_DIR/placement-install.log" \
+    openstack-placement cheroot
+fi
 
 # --- tempest and the plugin, pinned, in their own venv ---
 if ! "$TEMPEST_VENV/bin/python" - "$TEMPEST_VERSION" "$PLUGIN_VERSION" 2>/dev/null <<'PY'
@@ -148,7 +215,7 @@ python3 "$HERE/keystone_setup.py" --auth-url "$KS_URL/v3" \
   --admin-password "$ADMIN_PASS" --service-password "$SERVICE_PASS" \
   --endpoint "$CYBORG_URL/v2"
 
-# --- 3. the service ---
+# --- 3. the database ---
 if [ "$DB_BACKEND" != sqlite ] && command -v mysql >/dev/null \
     && mysql_root -e 'SELECT 1' >/dev/null 2>&1 \
     && "$CYBORG_VENV/bin/python" -c 'import pymysql' 2>/dev/null; then
@@ -165,31 +232,101 @@ else
   log "database: SQLite $CYBORG_DIR/cyborg.sqlite ($why)"
 fi
 
+# --- 4. Placement (noauth2, SQLite) and the compute node Nova would make ---
+"$PLACEMENT_VENV/bin/python" "$HERE/placement_server.py" \
+  --db "$PLACEMENT_DIR/placement.sqlite" --port-file "$PLACEMENT_DIR/port" \
+  >"$PLACEMENT_DIR/placement.log" 2>&1 &
+PLACEMENT_PID=$!
+for _ in $(seq 1 60); do
+  [ -s "$PLACEMENT_DIR/port" ] && break
+  kill -0 "$PLACEMENT_PID" 2>/dev/null || break
+  sleep 0.5
+done
+[ -s "$PLACEMENT_DIR/port" ] || {
+  echo "placement did not start" >&2
+  tail -n 30 "$PLACEMENT_DIR/placement.log" >&2
+  exit 1
+}
+PLACEMENT_URL=http://127.0.0.1:$(cat "$PLACEMENT_DIR/port")
+wait_http "$PLACEMENT_URL/" 30 "$PLACEMENT_PID" || {
+  echo "placement did not answer on $PLACEMENT_URL" >&2
+  tail -n 30 "$PLACEMENT_DIR/placement.log" >&2
+  exit 1
+}
+node=$(python3 "$HERE/compute_host.py" create-node \
+  --placement "$PLACEMENT_URL" --host "$COMPUTE_HOST")
+log "placement on $PLACEMENT_URL; $node"
+
+# --- 5. a RabbitMQ virtual host for this run ---
+rabbitmqctl_q add_vhost "$VHOST"
+VHOST_CREATED=1
+rabbitmqctl_q set_permissions -p "$VHOST" "$RABBIT_USER" '.*' '.*' '.*'
+TRANSPORT_URL=rabbit://$RABBIT/$VHOST
+log "RabbitMQ virtual host $VHOST"
+
+# --- 6. the services ---
 CONF=$CYBORG_DIR/cyborg.conf
 sed -e "s|@STATE_DIR@|$CYBORG_DIR|" -e "s|@CYBORG_PORT@|$CYBORG_PORT|" \
     -e "s|@DB_URL@|$DB_URL|" -e "s|@KS_URL@|$KS_URL|g" \
     -e "s|@SERVICE_PASS@|$SERVICE_PASS|" -e "s|@NEW_DEFAULTS@|$NEW_DEFAULTS|" \
+    -e "s|@HOST@|$COMPUTE_HOST|" -e "s|@TRANSPORT_URL@|$TRANSPORT_URL|" \
+    -e "s|@PLACEMENT_URL@|$PLACEMENT_URL|g" \
+    -e "s|@REPORT_INTERVAL@|$REPORT_INTERVAL|" \
     "$HERE/cyborg.conf.in" > "$CONF"
 
 "$CYBORG_VENV/bin/cyborg-dbsync" --config-file "$CONF" upgrade \
   >"$CYBORG_DIR/dbsync.log" 2>&1 || { cat "$CYBORG_DIR/dbsync.log" >&2; exit 1; }
 
-# The fake driver's inventory for the device, deployable and attribute
-# tests, while no agent and conductor run here.
-if [ "${SEED_INVENTORY:-1}" = 1 ]; then
-  "$CYBORG_VENV/bin/python" "$HERE/seed_inventory.py" --config-file "$CONF" \
-    >"$CYBORG_DIR/seed.log" 2>&1 || { cat "$CYBORG_DIR/seed.log" >&2; exit 1; }
-  log "seeded the fake driver's inventory: $(head -n 1 "$CYBORG_DIR/seed.log")"
-fi
+start_service() {  # name; $! is its pid
+  "$CYBORG_VENV/bin/$1" --config-file "$CONF" >"$CYBORG_DIR/$1.log" 2>&1 &
+}
+conductor_started() {
+  grep -q 'cyborg-conductor started' "$CYBORG_DIR/cyborg-conductor.log"
+}
 
-"$CYBORG_VENV/bin/cyborg-api" --config-file "$CONF" >"$CYBORG_DIR/cyborg-api.log" 2>&1 &
+start_service cyborg-conductor
+CONDUCTOR_PID=$!
+# A report sent before the conductor's queue exists is lost and the agent
+# waits report_timeout for the answer: start the agent after it.
+for _ in $(seq 1 120); do
+  conductor_started && break
+  kill -0 "$CONDUCTOR_PID" 2>/dev/null || break
+  sleep 0.5
+done
+conductor_started || {
+  echo "cyborg-conductor did not start" >&2
+  grep -E 'WARNING|ERROR' "$CYBORG_DIR/cyborg-conductor.log" | tail -n 20 >&2
+  exit 1
+}
+start_service cyborg-agent
+AGENT_PID=$!
+start_service cyborg-api
 CYBORG_PID=$!
 wait_http "$CYBORG_URL/v2" 30 "$CYBORG_PID" || {
   echo "cyborg-api did not answer on $CYBORG_URL/v2" >&2
   tail -n 30 "$CYBORG_DIR/cyborg-api.log" >&2; exit 1; }
 log "cyborg-api on $CYBORG_URL (policy: $POLICY_MODE defaults, code from $REPO)"
 
-# --- 4. tempest ---
+# --- 7. the agent's report, via the conductor, in the API and Placement ---
+if ! python3 "$HERE/compute_host.py" wait-for-device \
+    --placement "$PLACEMENT_URL" --host "$COMPUTE_HOST" \
+    --auth-url "$KS_URL/v3" --admin-password "$ADMIN_PASS" \
+    --cyborg "$CYBORG_URL/v2" --timeout "${DEVICE_TIMEOUT:-90}" \
+    --pid "$CONDUCTOR_PID" --pid "$AGENT_PID" --pid "$CYBORG_PID" \
+    >"$CYBORG_DIR/inventory.log" 2>&1; then
+  echo "the fake device did not show up:" >&2
+  cat "$CYBORG_DIR/inventory.log" >&2
+  for f in cyborg-agent cyborg-conductor; do
+    echo "--- $f" >&2
+    grep -E 'WARNING|ERROR' "$CYBORG_DIR/$f.log" | tail -n 10 >&2
+  done
+  exit 1
+fi
+while read -r line; do
+  log "$line"
+done <"$CYBORG_DIR/inventory.log"
+
+# --- 8. tempest ---
 sed -e "s|@WORKSPACE@|$WORKSPACE|g" -e "s|@ADMIN_PASS@|$ADMIN_PASS|" \
     -e "s|@KS_URL@|$KS_URL|g" -e "s|@NEW_DEFAULTS@|$NEW_DEFAULTS|" \
     "$HERE/tempest.conf.in" > "$WORKSPACE/tempest.conf"
@@ -207,11 +344,11 @@ wait "$TEMPEST_PID" || true
 TEMPEST_PID=
 grep -E '^\{[0-9]+\}|^Totals|^ - ' "$WORKSPACE/tempest-run.log" || true
 
-# --- 5. verdict ---
+# --- 9. verdict ---
 if ! "$TEMPEST_VENV/bin/stestr" last --subunit >"$WORKSPACE/results.subunit" 2>/dev/null; then
   echo "tempest produced no results:" >&2; tail -n 40 "$WORKSPACE/tempest-run.log" >&2; exit 1
 fi
-log "wall time so far $(( $(date +%s) - START ))s; logs: $CYBORG_DIR/cyborg-api.log, $WORKSPACE/logs/tempest.log"
+log "wall time so far $(( $(date +%s) - START ))s; logs: $CYBORG_DIR/cyborg-*.log, $WORKSPACE/logs/tempest.log"
 SUMMARY=$WORKSPACE/summary.txt
 verdict=0
 "$TEMPEST_VENV/bin/python" "$HERE/summarize.py" <"$WORKSPACE/results.subunit" \
