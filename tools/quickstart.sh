@@ -27,7 +27,7 @@ fi
 echo "==> installing into $VENV"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q --upgrade pip
-"$VENV/bin/pip" install -q -e .
+"$VENV/bin/pip" install -q -e ".[all-in-one]"
 
 mkdir -p "$STATE"
 if running; then
