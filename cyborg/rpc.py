@@ -5,6 +5,10 @@ mode and some tests use oslo.messaging's in-process ``fake://`` driver.
 Request contexts travel as dicts and come back as ``RequestContext``.
 """
 
+# First: selects oslo.service's threading backend before oslo.messaging
+# imports it (the API process loads this module only when it needs RPC).
+from cyborg import service  # noqa: F401, I001
+
 import oslo_messaging as messaging
 
 from cyborg import context as cyborg_context
