@@ -4,7 +4,6 @@ database and the real conductor behind enable/disable.
 """
 
 import json
-import subprocess
 
 import pytest
 import sqlalchemy as sa
@@ -12,43 +11,19 @@ import sqlalchemy as sa
 from cyborg.db import models
 from tests import conductor_rpc
 from tests import inventory_rows
-from tests.functional.clients.conftest import VENV_BIN
+from tests.functional.clients import cli
 from tests.placement_service import create_compute_node
 from tests.placement_service import placement  # noqa: F401
 from tests.placement_service import placement_schema_template  # noqa: F401
 
-CLI_TIMEOUT = 60
-
-
-def _argv(service, *args):
-    return [str(VENV_BIN / 'openstack'), '--os-auth-type', 'none',
-            '--os-endpoint', service.url + '/v2', 'accelerator', *args]
-
-
-def _run(service, env, *args):
-    return subprocess.run(_argv(service, *args), env=env, cwd=env['HOME'],
-                          capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT, check=False)
-
-
-def _json(service, env, *args):
-    done = _run(service, env, *args, '-f', 'json')
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
 
 def _run_all(service, env, commands):
-    """Independent commands side by side: each CLI start costs seconds."""
-    procs = [subprocess.Popen(_argv(service, *args, '-f', 'json'), env=env,
-                              cwd=env['HOME'], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-             for args in commands]
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=CLI_TIMEOUT)
-        assert proc.returncode == 0, err
-        results.append(json.loads(out))
-    return results
+    """The JSON output of each command, run side by side."""
+    results = cli.run_all(service, env,
+                          [(*args, '-f', 'json') for args in commands])
+    for returncode, _, err in results:
+        assert returncode == 0, err
+    return [json.loads(out) for _, out, _ in results]
 
 
 @pytest.fixture
@@ -88,13 +63,13 @@ def test_device_disable_and_enable_reach_the_conductor(
     conf = client_db[0]
     create_compute_node(placement.adapter(), 'host1')
     with conductor_rpc.conductor(conf, service.db, placement.client()):
-        disabled = _run(service, client_env, 'device', 'disable',
-                        inventory.uuid)
+        disabled = cli.run(service, client_env, 'device', 'disable',
+                           inventory.uuid)
         assert disabled.returncode == 0, disabled.stderr
-        after_disable = _json(service, client_env, 'device', 'show',
-                              inventory.uuid)
-        enabled = _run(service, client_env, 'device', 'enable',
-                       inventory.uuid)
+        after_disable = cli.run_json(service, client_env, 'device', 'show',
+                                     inventory.uuid)
+        enabled = cli.run(service, client_env, 'device', 'enable',
+                          inventory.uuid)
         assert enabled.returncode == 0, enabled.stderr
 
     assert after_disable['status'] == 'maintaining'
@@ -125,8 +100,8 @@ def test_attribute_create_list_show_delete(service, client_env, inventory):
     deployable = inventory.deployables['FakeDevice']
 
     # The client takes the deployable's id as the database knows it.
-    created = _json(service, client_env, 'device', 'attribute', 'create',
-                    str(deployable.id), 'function', 'gzip')
+    created = cli.run_json(service, client_env, 'device', 'attribute',
+                           'create', str(deployable.id), 'function', 'gzip')
 
     assert created['deployable_id'] == deployable.uuid
     assert (created['key'], created['value']) == ('function', 'gzip')
@@ -143,13 +118,13 @@ def test_attribute_create_list_show_delete(service, client_env, inventory):
         ('trait0', 'CUSTOM_FAKE_DEVICE')]
     assert shown == created
 
-    duplicate = _run(service, client_env, 'device', 'attribute', 'create',
-                     deployable.uuid, 'function', 'md5')
+    duplicate = cli.run(service, client_env, 'device', 'attribute', 'create',
+                        deployable.uuid, 'function', 'md5')
     assert duplicate.returncode != 0
     assert 'already has an attribute function' in duplicate.stderr
 
-    deleted = _run(service, client_env, 'device', 'attribute', 'delete',
-                   created['uuid'])
+    deleted = cli.run(service, client_env, 'device', 'attribute', 'delete',
+                      created['uuid'])
     assert deleted.returncode == 0, deleted.stderr
     assert 'Deleted attribute' in deleted.stdout
     with service.db.engine.connect() as conn:

@@ -6,52 +6,23 @@ pointed at the served API, as an operator without Keystone would run it.
 
 import datetime
 import json
-import subprocess
 
 from cyborg import context as cyborg_context
 from cyborg.db.api import device_profiles
-from tests.functional.clients.conftest import VENV_BIN
+from tests.functional.clients import cli
 
 GROUPS = [
     {'resources:FPGA': '1', 'trait:CUSTOM_FPGA_INTEL': 'required'},
     {'resources:CUSTOM_GZIP': '2', 'accel:function_name': 'gzip'},
 ]
-CLI_TIMEOUT = 60
 
 
-def _argv(service, *args):
-    return [str(VENV_BIN / 'openstack'), '--os-auth-type', 'none',
-            '--os-endpoint', service.url + '/v2',
-            'accelerator', 'device', 'profile', *args]
-
-
-def _run(service, env, *args):
-    return subprocess.run(_argv(service, *args), env=env, cwd=env['HOME'],
-                          capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT, check=False)
-
-
-def _json(service, env, *args):
-    done = _run(service, env, *args, '-f', 'json')
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
-def _run_all(service, env, commands):
-    """Independent commands side by side: each CLI start costs seconds."""
-    procs = [subprocess.Popen(_argv(service, *args), env=env,
-                              cwd=env['HOME'], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-             for args in commands]
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=CLI_TIMEOUT)
-        results.append((proc.returncode, out, err))
-    return results
+def _profile(service, env, *args):
+    return cli.run_json(service, env, 'device', 'profile', *args)
 
 
 def test_device_profile_create_list_show_delete(service, client_env):
-    created = _json(service, client_env, 'create', 'cli-fpga',
+    created = _profile(service, client_env, 'create', 'cli-fpga',
                     json.dumps(GROUPS))
 
     assert created['name'] == 'cli-fpga'
@@ -64,15 +35,16 @@ def test_device_profile_create_list_show_delete(service, client_env):
     assert stored.profile_json['groups'] == GROUPS
     assert stored.description is None
 
-    listed = _json(service, client_env, 'list')
+    listed = _profile(service, client_env, 'list')
     assert [(p['uuid'], p['name'], p['groups'], p['description'])
             for p in listed] == [(created['uuid'], 'cli-fpga', GROUPS, None)]
 
     # create already read the profile back by uuid; by name needs 2.2,
     # which the client's 2.3 header grants.
-    assert _json(service, client_env, 'show', 'cli-fpga') == created
+    assert _profile(service, client_env, 'show', 'cli-fpga') == created
 
-    deleted = _run(service, client_env, 'delete', 'cli-fpga')
+    deleted = cli.run(service, client_env, 'device', 'profile', 'delete',
+                      'cli-fpga')
     assert deleted.returncode == 0, deleted.stderr
     assert service.profiles() == {}
 
@@ -100,11 +72,11 @@ def test_device_profile_errors_fail_the_command(service, client_env):
         'uuid': '1b2e7f34-52a6-4c4b-9bd6-0d5c8a7b1f10', 'name': 'bystander',
         'description': 'kept', 'groups': [{'resources:PGPU': '1'}]}])
 
-    results = _run_all(service, client_env, [
-        ('show', 'missing'),
-        ('delete', 'missing'),
-        ('create', 'bad-key', json.dumps([{'resources:FPGA': '1',
-                                           'colour': 'blue'}])),
+    results = cli.run_all(service, client_env, [
+        ('device', 'profile', 'show', 'missing'),
+        ('device', 'profile', 'delete', 'missing'),
+        ('device', 'profile', 'create', 'bad-key',
+         json.dumps([{'resources:FPGA': '1', 'colour': 'blue'}])),
     ])
 
     # Every command must fail: a zero exit here would hide the error from
