@@ -261,6 +261,17 @@ class Deployment:
             return {name: (device, rp) for name, device, rp
                     in connection.execute(query)}
 
+    def db_traits(self):
+        """{deployable name: set of traits} the DB holds for this host."""
+        devices = models.Device.__table__
+        deployables = models.Deployable.__table__
+        query = sa.select(deployables.c.name, deployables.c.traits).join(
+            devices, deployables.c.device_id == devices.c.id).where(
+            devices.c.hostname == self.host)
+        with self.db_engine.connect() as connection:
+            return {name: set(traits or ()) for name, traits
+                    in connection.execute(query)}
+
     def db_snapshot(self):
         """Every row of every table, timestamps included: equal snapshots
         mean nothing was inserted, updated or deleted in between."""

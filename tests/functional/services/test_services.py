@@ -74,6 +74,12 @@ def test_report_stop_and_restart(deployment):
     assert providers['%s_%s' % (deployment.host, FAKE)][2] == {'FPGA': 16}
     assert providers['%s_%s' % (deployment.host, nvme)][2] == {
         'CUSTOM_PCI': 1}
+    # Each provider carries the traits its driver reported, and ours.
+    client = deployment.placement.client()
+    for name, reported in deployment.db_traits().items():
+        rp_uuid = providers['%s_%s' % (deployment.host, name)][0]
+        assert client.get_traits(rp_uuid)[1] == {'OWNER_CYBORG', *reported}
+    assert 'CUSTOM_FAKE_DEVICE' in deployment.db_traits()[FAKE]
     rows = deployment.db_deployables()
 
     # Both RPC servers answer on this test's virtual host.
@@ -91,7 +97,6 @@ def test_report_stop_and_restart(deployment):
     finally:
         transport.cleanup()
     nvme_rp = providers['%s_%s' % (deployment.host, nvme)][0]
-    client = deployment.placement.client()
     assert client.get_inventories(nvme_rp)[1]['CUSTOM_PCI']['reserved'] == 1
 
     for process in (agent, conductor):
