@@ -324,10 +324,7 @@ class PCIReader:
         entries = sorted(os.listdir(path))
         fme = next((os.path.join(path, e) for e in entries
                     if e.startswith('intel-fpga-fme.')), None)
-        ports = tuple(
-            FPGAPort(e, _normalise_uuid(
-                self._read(os.path.join(path, e, 'afu_id'))))
-            for e in entries if e.startswith('intel-fpga-port.'))
+        ports = self._fpga_ports(path, entries, 'intel-fpga-port.')
         return FPGARegion(
             pci_address=address,
             name=name,
@@ -337,6 +334,14 @@ class PCIReader:
             if fme else None,
             ports=ports)
 
+    def _fpga_ports(self, directory, entries, prefix):
+        """The ports among ``entries`` of ``directory``, with the function
+        (AFU) each has loaded."""
+        return tuple(
+            FPGAPort(e, _normalise_uuid(
+                self._read(os.path.join(directory, e, 'afu_id'))))
+            for e in entries if e.startswith(prefix))
+
     def _dfl_region(self, path, name, address):
         # The ports of a DFL card are dfl-port.N below its PCI function.
         pci_dir = self._path('sys/bus/pci/devices', str(address))
@@ -344,10 +349,7 @@ class PCIReader:
             entries = sorted(os.listdir(pci_dir))
         except OSError:
             entries = []
-        ports = tuple(
-            FPGAPort(e, _normalise_uuid(
-                self._read(os.path.join(pci_dir, e, 'afu_id'))))
-            for e in entries if e.startswith('dfl-port.'))
+        ports = self._fpga_ports(pci_dir, entries, 'dfl-port.')
         return FPGARegion(
             pci_address=address,
             name=name,
