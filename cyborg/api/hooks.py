@@ -78,6 +78,11 @@ class RequestHook(hooks.PecanHook):
                              rule, target)
         request.authorize = authorize
 
+        def is_allowed(rule, target=None):
+            return policy.is_allowed(self.app_state.enforcer,
+                                     request.context, rule, target)
+        request.is_allowed = is_allowed
+
     def after(self, state):
         _add_version_headers(state.request, state.response)
 

@@ -11,9 +11,13 @@ from oslo_log import log
 import oslo_messaging as messaging
 import sqlalchemy as sa
 
+from cyborg import context as cyborg_context
+from cyborg import exception
 from cyborg import rpc
 from cyborg import service
+from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.clients import placement as placement_client
+from cyborg.conductor import binding
 from cyborg.conductor import host_sync
 from cyborg.conductor import rpcapi
 from cyborg.db import session
@@ -32,8 +36,9 @@ class ConductorManager:
 
     target = messaging.Target(version=rpcapi.VERSION)
 
-    def __init__(self, sync):
+    def __init__(self, sync, binder=None):
         self.sync = sync
+        self.binder = binder
 
     # An outage of the database is expected now and then: the caller gets
     # the error and this log a one-line warning, not a traceback per call.
@@ -54,6 +59,27 @@ class ConductorManager:
                                                           status)):
             return self.sync.set_device_status(context, device_uuid,
                                                status)
+
+
+    # -- accelerator requests (1.2) -----------------------------------
+
+    def bind_arqs(self, context, arq_uuids):
+        # A cast: nobody waits for the answer, so every failure is logged
+        # here; the ARQs left BindStarted are failed by recovery.
+        try:
+            self.binder.bind(context, arq_uuids)
+        except Exception:
+            LOG.exception('Binding ARQs %s stopped half way; recovery will '
+                          'finish or fail them', ', '.join(arq_uuids))
+
+    @messaging.expected_exceptions(binding.BindRefused, exception.NotFound,
+                                   exception.Conflict, *DATABASE_DOWN)
+    def unbind_arqs(self, context, arq_uuids):
+        self.binder.unbind(context, arq_uuids)
+
+    @messaging.expected_exceptions(binding.BindRefused, *DATABASE_DOWN)
+    def finish_deleting_arqs(self, context, arq_uuids):
+        self.binder.finish_deleting(context, arq_uuids)
 
 
 @contextlib.contextmanager
@@ -86,12 +112,15 @@ class ConductorService(service.Service):
     released on stop.
     """
 
-    def __init__(self, conf, transport=None, db=None, placement=None):
+    def __init__(self, conf, transport=None, db=None, placement=None,
+                 nova=None, glance=None):
         super().__init__('cyborg-conductor', conf.conductor.retry_interval)
         self.conf = conf
         self._shared_transport = transport
         self._shared_db = db
         self._placement = placement
+        self._nova = nova
+        self._glance = glance
         self.manager = None
 
     def on_start(self):
@@ -113,8 +142,54 @@ class ConductorService(service.Service):
         if transport is None:
             transport = service.get_transport(conf)
             self.on_stop(transport.cleanup)
-        self.manager = ConductorManager(host_sync.HostSync(placement))
+        binder = binding.Binder(
+            conf,
+            agent_rpcapi.AgentAPI(transport,
+                                  timeout=conf.conductor.agent_timeout),
+            nova=self._nova if self._nova is not None else _nova(conf),
+            glance=(self._glance if self._glance is not None
+                    else _glance(conf)))
+        self.manager = ConductorManager(host_sync.HostSync(placement),
+                                        binder)
         server = rpc.get_server(transport, rpc.CONDUCTOR_TOPIC, conf.host,
                                 [self.manager], db=db)
         server.start()
         self.on_stop(service.stop_rpc_server, server)
+        context = cyborg_context.admin_context(db)
+        # Binds this conductor owned when it last stopped come first; then
+        # a periodic pass fails those of conductors that died.
+        self.add_periodic('bind-recovery', conf.conductor.recovery_interval,
+                          _Recovery(binder, context).run)
+
+
+class _Recovery:
+    """The periodic pass: resume own binds once, then recover."""
+
+    def __init__(self, binder, context):
+        self.binder = binder
+        self.context = context
+        self.resumed = False
+
+    def run(self):
+        try:
+            if not self.resumed:
+                self.binder.resume(self.context)
+                self.resumed = True
+            self.binder.recover(self.context)
+        except DATABASE_DOWN as exc:
+            LOG.warning('cyborg-conductor: recovery waits for the database: '
+                        '%s', service.describe_error(exc))
+
+
+def _nova(conf):
+    from cyborg.clients import nova
+    client = nova.NovaClient.from_conf(conf)
+    if client is None:
+        LOG.info('No [nova] endpoint or credentials: bound accelerator '
+                 'requests are not announced to a compute service')
+    return client
+
+
+def _glance(conf):
+    from cyborg.clients import glance
+    return glance.GlanceClient.from_conf(conf)

@@ -3,11 +3,12 @@
 Version history (bump the minor for additions, keep old calls working):
   1.0 report_host_inventory, set_device_status
   1.1 report_host_inventory takes compute_node_names
+  1.2 bind_arqs (cast), unbind_arqs, finish_deleting_arqs
 """
 
 from cyborg import rpc
 
-VERSION = '1.1'
+VERSION = '1.2'
 
 
 class ConductorAPI:
@@ -34,3 +35,24 @@ class ConductorAPI:
         cctxt = self._client.prepare(version='1.0')
         return cctxt.call(context, 'set_device_status',
                           device_uuid=device_uuid, status=status)
+
+    def bind_arqs(self, context, arq_uuids):
+        """Bind these BindStarted accelerator requests; returns at once.
+
+        The outcome reaches Nova as external events and the ARQs' state.
+        """
+        cctxt = self._client.prepare(version='1.2')
+        cctxt.cast(context, 'bind_arqs', arq_uuids=list(arq_uuids))
+
+    def unbind_arqs(self, context, arq_uuids):
+        """Release the devices of these ARQs on their hosts and unbind
+        them; raises if a host could not release (they are UnbindFailed).
+        """
+        cctxt = self._client.prepare(version='1.2')
+        return cctxt.call(context, 'unbind_arqs', arq_uuids=list(arq_uuids))
+
+    def finish_deleting_arqs(self, context, arq_uuids):
+        """Release the devices of these Deleting ARQs and remove them."""
+        cctxt = self._client.prepare(version='1.2')
+        return cctxt.call(context, 'finish_deleting_arqs',
+                          arq_uuids=list(arq_uuids))

@@ -14,6 +14,27 @@ opts = [
                help='Seconds between two attempts to reach a neighbour '
                     '(the database, RabbitMQ, Placement) that is down when '
                     'the conductor starts.'),
+    cfg.IntOpt('bind_timeout',
+               default=300,
+               min=5,
+               help='Seconds an accelerator request may stay BindStarted. '
+                    'A bind that takes longer (its conductor died, or the '
+                    'request to bind never reached a conductor) is failed '
+                    'by any live conductor, which frees its attach handle '
+                    'and tells Nova. Keep it above agent_timeout.'),
+    cfg.IntOpt('agent_timeout',
+               default=240,
+               min=1,
+               help='Seconds the conductor waits for an agent to prepare '
+                    'or release a device: to create or remove a mediated '
+                    'device, or to program an FPGA, which can be slow.'),
+    cfg.IntOpt('recovery_interval',
+               default=30,
+               min=1,
+               help='Seconds between two recovery passes of a conductor: '
+                    'failing binds older than bind_timeout, finishing '
+                    'deletions left half done, and sending Nova the events '
+                    'it has not acknowledged yet.'),
 ]
 
 

@@ -208,6 +208,8 @@ class ExtendedAcceleratorRequest(TimestampMixin, Base):
         sa.Index('ix_extended_accelerator_requests_device_profile_id',
                  'device_profile_id'),
         sa.Index('ix_extended_accelerator_requests_state', 'state'),
+        sa.Index('ix_extended_accelerator_requests_nova_event_pending',
+                 'nova_event_pending'),
     )
 
     id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
@@ -230,3 +232,14 @@ class ExtendedAcceleratorRequest(TimestampMixin, Base):
     # Unique: one attach handle is never given to two ARQs.
     attach_handle_id: orm.Mapped[int | None] = orm.mapped_column(
         sa.ForeignKey('attach_handles.id', ondelete='RESTRICT'), unique=True)
+    # The bind in progress: which conductor holds it and since when, so
+    # that a restarted or another conductor can finish or fail it.
+    bind_conductor: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(255))
+    bind_started_at: orm.Mapped[datetime.datetime | None] = (
+        orm.mapped_column(sa.DateTime))
+    # Set with Bound/BindFailed in the same transaction, cleared once Nova
+    # has the event: a crash in between leaves it for the next conductor.
+    nova_event_pending: orm.Mapped[bool] = orm.mapped_column(
+        sa.Boolean, nullable=False, default=False,
+        server_default=sa.false())

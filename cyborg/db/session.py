@@ -1,6 +1,12 @@
 """One database per configuration: the oslo.db enginefacade around it."""
 
+import contextlib
+
 from oslo_db.sqlalchemy import enginefacade
+import sqlalchemy as sa
+
+# The execution option that marks a connection as a writer's.
+_WRITER = 'cyborg_writer'
 
 
 class Database:
@@ -20,12 +26,19 @@ class Database:
         # costs time.
         options['thread_checkin'] = False
         self._facade.configure(**options)
+        self._sqlite = conf.database.connection.startswith('sqlite')
+        if self._sqlite:
+            _begin_writers_immediately(self.engine)
 
     def reader(self, context):
         return self._facade.reader.using(context)
 
+    @contextlib.contextmanager
     def writer(self, context):
-        return self._facade.writer.using(context)
+        with self._facade.writer.using(context) as session:
+            if self._sqlite:
+                session.connection(execution_options={_WRITER: True})
+            yield session
 
     def read_connection(self, context):
         """A Core connection for reads that need no ORM objects (faster)."""
@@ -37,3 +50,27 @@ class Database:
 
     def dispose(self):
         self._facade.dispose_pool()
+
+
+def _begin_writers_immediately(engine):
+    """Writers take SQLite's write lock when they begin.
+
+    A transaction that reads first and writes later cannot upgrade its
+    lock while another writer waits to commit: SQLite answers "database
+    is locked" at once instead of waiting. Taking the lock up front makes
+    writers queue (for the busy timeout) instead. This replaces oslo.db's
+    listener, which emits a plain BEGIN for every transaction.
+    """
+    for listener in list(engine.dispatch.begin):
+        if listener.__name__ == '_sqlite_emit_begin':
+            sa.event.remove(engine, 'begin', listener)
+
+    def begin(connection):
+        if 'in_transaction' not in connection.info:
+            immediate = connection.get_execution_options().get(_WRITER)
+            connection.exec_driver_sql('BEGIN IMMEDIATE' if immediate
+                                       else 'BEGIN')
+            # oslo.db's commit and rollback listeners clear it.
+            connection.info['in_transaction'] = True
+
+    sa.event.listen(engine, 'begin', begin)

@@ -21,4 +21,11 @@ rules = [
     base.rule('cyborg:arq:delete', base.PROJECT_MEMBER_OR_SERVICE,
               'Delete accelerator requests.',
               [('DELETE', PATH), ('DELETE', ITEM)], base.LEGACY_ANYONE),
+    base.rule('cyborg:arq:all_projects', base.ADMIN,
+              'See and act on the accelerator requests of every project, '
+              'and give an accelerator request to another project '
+              '(/project_id in a bind, microversion 2.1). Without it a '
+              'caller sees only its own project\'s requests.',
+              [('GET', PATH), ('PATCH', PATH), ('DELETE', PATH)],
+              base.LEGACY_ADMIN),
 ]

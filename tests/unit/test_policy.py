@@ -60,6 +60,8 @@ CONTRACT = {
     'cyborg:arq:create': MEMBERS_OR_SERVICE,
     'cyborg:arq:update': MEMBERS_OR_SERVICE,
     'cyborg:arq:delete': MEMBERS_OR_SERVICE,
+    # Ours: who sees every project's ARQs (and may set /project_id).
+    'cyborg:arq:all_projects': ADMINS,
     'cyborg:device:get_all': MANAGERS,
     'cyborg:device:get_one': MANAGERS,
     'cyborg:deployable:get_all': MANAGERS,

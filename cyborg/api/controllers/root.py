@@ -5,6 +5,7 @@ import pecan
 from cyborg.api import expose
 from cyborg.api import microversion
 from cyborg.api import views
+from cyborg.api.controllers.v2 import arqs
 from cyborg.api.controllers.v2 import attributes
 from cyborg.api.controllers.v2 import deployables
 from cyborg.api.controllers.v2 import device_profiles
@@ -27,6 +28,7 @@ class V2Controller:
     devices = devices.DevicesController()
     deployables = deployables.DeployablesController()
     attributes = attributes.AttributesController()
+    accelerator_requests = arqs.AcceleratorRequestsController()
 
     @expose.json()
     def index(self):

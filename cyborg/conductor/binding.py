@@ -1,0 +1,281 @@
+"""Binding accelerator requests (ARQs) to attach handles, and undoing it.
+
+The API has already moved the ARQs to BindStarted; the conductor that
+gets the cast claims them (``bind_conductor``), then for each:
+
+1. finds the deployable behind the resource provider Nova chose and
+   checks that it is on the host Nova named and not disabled;
+2. takes a free attach handle of it, atomically (``allocate_attach_handle``:
+   never the same handle twice, whatever the number of conductors);
+3. when the device profile group asks for a bitstream or a function,
+   finds the image in Glance and has the host's agent program the FPGA;
+   a vGPU handle has the agent create the mediated device;
+4. moves the ARQ to Bound or BindFailed (freeing the handle), with
+   Nova's event marked pending in the same transaction.
+
+Then Nova gets one ``os-server-external-events`` call per instance. An
+event Nova did not get stays pending and is sent again by ``recover``,
+which also fails binds that outlived ``[conductor] bind_timeout`` (their
+conductor died) and finishes deletions left half done. A conductor that
+restarts first resumes the binds it owned.
+"""
+
+import json
+import time
+
+from oslo_log import log
+
+from cyborg import exception
+from cyborg import service
+from cyborg import states
+from cyborg.conductor import bitstreams
+from cyborg.db.api import arqs as db
+
+LOG = log.getLogger(__name__)
+
+# The agent must act on the host for these: everything else (a whole PCI
+# function, the fake device's TEST_PCI) is ready as it is.
+NEEDS_AGENT = db.PREPARED_ON_HOST
+
+
+class BindRefused(exception.CyborgError):
+    """Why one ARQ cannot be bound; the ARQ ends BindFailed."""
+
+    code = 'cyborg.arq.bind_failed'
+
+
+def _same_host(a, b):
+    # Nova may name the host by FQDN where the agent used the short name.
+    return a == b or (a or '').split('.')[0] == (b or '').split('.')[0]
+
+
+class Binder:
+    """The conductor's part of the ARQ life cycle."""
+
+    def __init__(self, conf, agent, nova=None, glance=None, owner=None):
+        self.conf = conf
+        self.agent = agent
+        self.nova = nova
+        self.glance = glance
+        self.owner = owner or conf.host
+
+    # -- binding ---------------------------------------------------------
+
+    def bind(self, context, arq_uuids):
+        """Bind the BindStarted ARQs of ``arq_uuids`` (the API's cast)."""
+        work = db.claim_binds(context, arq_uuids, self.owner)
+        self._bind_all(context, work)
+
+    def resume(self, context):
+        """Finish the binds this conductor owned when it stopped."""
+        work = db.unfinished_binds(context, self.owner)
+        if work:
+            LOG.info('Resuming %d binds left unfinished by this conductor',
+                     len(work))
+            self._bind_all(context, work)
+
+    def _bind_all(self, context, work):
+        for item in work:
+            self._bind_one(context, item)
+        self.notify(context, {item['instance_uuid'] for item in work})
+
+    def _bind_one(self, context, item):
+        started = time.monotonic()
+        handle = None
+        try:
+            handle, deployable = self._prepare(context, item)
+            ok = True
+        except db.BindLost:
+            LOG.info('ARQ %s was unbound or deleted while being bound',
+                     item['uuid'])
+            return
+        except Exception as exc:
+            ok = False
+            reason = (exc.message if isinstance(exc, exception.CyborgError)
+                      else service.describe_error(exc))
+        won = db.finish_binding(context, item['id'], ok)
+        if ok and won:
+            LOG.info('ARQ %s bound to %s handle %s of %s in %.3f s',
+                     item['uuid'], handle['attach_type'], handle['uuid'],
+                     deployable['name'], time.monotonic() - started)
+        elif ok:
+            # Unbound, deleted or failed by another conductor meanwhile:
+            # undo what was done on the host.
+            self._release_quietly(context, item['hostname'],
+                                  deployable['driver_name'], handle,
+                                  item['uuid'])
+        else:
+            LOG.warning('ARQ %s of instance %s failed to bind: %s',
+                        item['uuid'], item['instance_uuid'], reason)
+
+    def _prepare(self, context, item):
+        deployable = db.deployable_for_binding(context,
+                                               item['device_rp_uuid'])
+        if deployable is None:
+            raise BindRefused('No deployable of this service has resource '
+                              'provider %s.' % item['device_rp_uuid'])
+        if not _same_host(deployable['hostname'], item['hostname']):
+            raise BindRefused(
+                'Resource provider %s is on host %s, not on %s.'
+                % (item['device_rp_uuid'], deployable['hostname'],
+                   item['hostname']))
+        if deployable['device_status'] != 'enabled':
+            raise BindRefused('The device of deployable %s is disabled.'
+                              % deployable['name'])
+        handle = db.allocate_attach_handle(context, item['id'],
+                                           deployable['id'])
+        if handle is None:
+            raise BindRefused('Every attach handle of deployable %s on %s '
+                              'is in use.' % (deployable['name'],
+                                              deployable['hostname']))
+        try:
+            self._program_if_asked(context, item, deployable)
+            if handle['attach_type'] in NEEDS_AGENT:
+                self.agent.prepare_attach_handle(
+                    context, deployable['hostname'],
+                    deployable['driver_name'], _handle_payload(handle),
+                    item['uuid'])
+        except Exception:
+            # finish_binding(ok=False) frees the handle in the database;
+            # whatever the agent made of it goes too.
+            if handle['attach_type'] in NEEDS_AGENT:
+                self._release_quietly(context, deployable['hostname'],
+                                      deployable['driver_name'], handle,
+                                      item['uuid'])
+            raise
+        return handle, deployable
+
+    def _program_if_asked(self, context, item, deployable):
+        request = bitstreams.requested(item['group'])
+        if request is None:
+            return
+        if deployable['device_type'] != 'FPGA':
+            raise BindRefused(
+                'Device profile %s asks for a bitstream, but deployable %s '
+                'is not an FPGA.' % (item['profile_name'], deployable['name']))
+        if self.glance is None:
+            raise BindRefused(
+                'Device profile %s asks for a bitstream, and no image '
+                'service is configured ([glance]).' % item['profile_name'])
+        facts = bitstreams.FPGAFacts.from_device(deployable,
+                                                 deployable['attributes'])
+        image = bitstreams.choose_bitstream(self.glance, request, facts)
+        controlpath = deployable['controlpath_info']
+        if isinstance(controlpath, str):
+            controlpath = json.loads(controlpath)
+        LOG.info('Programming %s on %s with image %s for ARQ %s',
+                 deployable['name'], deployable['hostname'], image['id'],
+                 item['uuid'])
+        self.agent.program(context, deployable['hostname'],
+                           deployable['driver_name'], controlpath,
+                           {'image_id': image['id'],
+                            'properties': image['properties']})
+
+    def _release_quietly(self, context, host, driver_name, handle,
+                         arq_uuid):
+        if handle is None or handle['attach_type'] not in NEEDS_AGENT:
+            return
+        try:
+            self.agent.release_attach_handle(context, host, driver_name,
+                                             _handle_payload(handle),
+                                             arq_uuid)
+        except Exception as exc:
+            LOG.warning('Could not release handle %s of ARQ %s on %s: %s',
+                        handle['uuid'], arq_uuid, host,
+                        service.describe_error(exc))
+
+    # -- Nova ------------------------------------------------------------
+
+    def notify(self, context, instance_uuids=None):
+        """Send Nova the pending events (of these instances); those Nova
+        got are no longer pending."""
+        pending = db.pending_events(context, instance_uuids)
+        if not pending:
+            return
+        if self.nova is None:
+            # No compute service to tell (the single-machine mode).
+            db.events_delivered(context, [arq for _, arq, _ in pending])
+            return
+        from cyborg.clients import nova as nova_client
+        events = [nova_client.BoundEvent(instance, arq,
+                                         state == states.BOUND)
+                  for instance, arq, state in pending
+                  if state in (states.BOUND, states.BIND_FAILED)]
+        results = self.nova.notify_bound(events) if events else {}
+        delivered = [arq for instance, arq, state in pending
+                     if state not in (states.BOUND, states.BIND_FAILED)
+                     or _delivered(results.get(instance))]
+        if delivered:
+            db.events_delivered(context, delivered)
+
+    # -- unbinding and deleting -----------------------------------------
+
+    def unbind(self, context, arq_uuids):
+        """Release what the agents made of these ARQs' handles, then
+        unbind them; UnbindFailed if a host could not release."""
+        failed = self._release_all(context, arq_uuids)
+        if failed:
+            db.fail_unbind(context, failed)
+            raise BindRefused('Could not release the devices of accelerator '
+                              'requests %s; they are UnbindFailed.'
+                              % ', '.join(sorted(failed)))
+        db.unbind(context, arq_uuids)
+
+    def finish_deleting(self, context, arq_uuids):
+        """Release and remove ARQs that the API moved to Deleting."""
+        failed = self._release_all(context, arq_uuids)
+        done = [u for u in arq_uuids if u not in failed]
+        db.finish_deleting(context, done)
+        if failed:
+            raise BindRefused('Could not release the devices of accelerator '
+                              'requests %s; they stay Deleting and are '
+                              'tried again later.' % ', '.join(sorted(failed)))
+
+    def _release_all(self, context, arq_uuids):
+        failed = set()
+        for row in db.handles_of(context, uuids=arq_uuids):
+            if row['attach_type'] not in NEEDS_AGENT:
+                continue
+            handle = {'uuid': row['handle_uuid'],
+                      'attach_type': row['attach_type'],
+                      'attach_info': row['attach_info']}
+            try:
+                self.agent.release_attach_handle(
+                    context, row['hostname'], row['driver_name'], handle,
+                    row['uuid'])
+            except Exception as exc:
+                LOG.warning('Could not release handle %s of ARQ %s on %s: '
+                            '%s', handle['uuid'], row['uuid'],
+                            row['hostname'], service.describe_error(exc))
+                failed.add(row['uuid'])
+        return failed
+
+    # -- recovery --------------------------------------------------------
+
+    def recover(self, context):
+        """Fail binds whose conductor is gone, finish stale deletions and
+        resend Nova's pending events. Safe on every conductor at once:
+        each step is a compare-and-set."""
+        failed = db.fail_stale_binds(context,
+                                     self.conf.conductor.bind_timeout)
+        for arq in failed:
+            LOG.warning('ARQ %s of instance %s: bind did not finish within '
+                        '%d s; failed', arq['uuid'], arq['instance_uuid'],
+                        self.conf.conductor.bind_timeout)
+        stale = db.stale_deletions(context,
+                                   self.conf.conductor.bind_timeout)
+        if stale:
+            try:
+                self.finish_deleting(context, stale)
+            except BindRefused as exc:
+                LOG.warning('%s', exc.message)
+        self.notify(context)
+
+
+def _delivered(result):
+    return result is not None and getattr(result, 'delivered', False)
+
+
+def _handle_payload(handle):
+    return {'uuid': handle['uuid'], 'attach_type': handle['attach_type'],
+            'attach_info': handle['attach_info']}

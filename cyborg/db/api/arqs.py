@@ -1,0 +1,548 @@
+"""Accelerator request (ARQ) queries.
+
+Every change of an ARQ's state is a compare-and-set: ``UPDATE ... WHERE
+state IN states.sources(event)``; the caller that updates no row lost a
+race, and ``_refusal`` says why in a sentence. Functions that change an
+ARQ together with its attach handle lock the ARQ rows first (``FOR
+UPDATE``; SQLite serialises writers anyway), so that a bind, an unbind
+and a delete of the same ARQ take turns and no handle is leaked.
+
+ARQs are read as dicts with the keys of ``_VIEW_COLUMNS``: one statement
+per list, whatever its length.
+"""
+
+import datetime
+import random
+import uuid as uuidlib
+
+from oslo_db import api as oslo_db_api
+import sqlalchemy as sa
+
+from cyborg import exception
+from cyborg import states
+from cyborg.db import models
+from cyborg.db.api import pagination
+
+ARQ = models.ExtendedAcceleratorRequest
+Handle = models.AttachHandle
+Profile = models.DeviceProfile
+Deployable = models.Deployable
+Device = models.Device
+
+# A profile may ask for more; one request making thousands of rows is a
+# mistake, not a need.
+MAX_ARQS_PER_REQUEST = 64
+# Attach handles that the host's agent prepares (a vGPU's mediated
+# device) and so must release before the handle is free again.
+PREPARED_ON_HOST = frozenset({'MDEV'})
+# How many free handles one allocation tries before giving up on a race.
+_HANDLE_CANDIDATES = 32
+
+_VIEW_COLUMNS = (
+    ARQ.id, ARQ.uuid, ARQ.state, ARQ.device_profile_group_id,
+    ARQ.hostname, ARQ.device_rp_uuid, ARQ.instance_uuid, ARQ.project_id,
+    ARQ.created_at, ARQ.updated_at,
+    Profile.name.label('device_profile_name'),
+    Handle.uuid.label('attach_handle_uuid'),
+    Handle.attach_type.label('attach_handle_type'),
+    Handle.attach_info.label('attach_handle_info'),
+)
+
+# Retried on deadlock: two binds on MariaDB may lock index gaps in
+# opposite orders.
+_retry_on_deadlock = oslo_db_api.wrap_db_retry(
+    max_retries=5, retry_on_deadlock=True, retry_interval=0.05,
+    inc_retry_interval=True)
+
+
+def _view_select():
+    return (sa.select(*_VIEW_COLUMNS).select_from(ARQ)
+            .join(Profile, Profile.id == ARQ.device_profile_id)
+            .outerjoin(Handle, Handle.id == ARQ.attach_handle_id))
+
+
+def _scoped(stmt, project_id):
+    """Only ``project_id``'s ARQs; None means every project."""
+    return stmt if project_id is None else stmt.where(
+        ARQ.project_id == project_id)
+
+
+def not_found(uuid):
+    return exception.NotFound(
+        'No accelerator request with uuid %s exists.' % uuid,
+        code='cyborg.arq.not_found')
+
+
+# -- reading -------------------------------------------------------------
+
+def list_arqs(context, project_id=None, instance_uuid=None, uuids=None,
+              **page):
+    with context.db.read_connection(context) as connection:
+        stmt = _scoped(_view_select(), project_id)
+        if instance_uuid is not None:
+            stmt = stmt.where(ARQ.instance_uuid == instance_uuid)
+        if uuids is not None:
+            stmt = stmt.where(ARQ.uuid.in_(uuids))
+        if page:
+            stmt = pagination.paginate(connection, stmt, ARQ, **page)
+        else:
+            stmt = stmt.order_by(ARQ.id)
+        return [dict(row._mapping)
+                for row in connection.execute(stmt)]
+
+
+def get_arq(context, uuid, project_id=None):
+    with context.db.read_connection(context) as connection:
+        row = connection.execute(
+            _scoped(_view_select(), project_id).where(ARQ.uuid == uuid)
+        ).one_or_none()
+    if row is None:
+        raise not_found(uuid)
+    return dict(row._mapping)
+
+
+# -- creating ------------------------------------------------------------
+
+def _units(groups):
+    """(group index, count) for every group: the sum of its resources."""
+    for index, group in enumerate(groups):
+        count = sum(int(value) for key, value in group.items()
+                    if key.startswith('resources:'))
+        yield index, count
+
+
+def create_arqs(context, profile_name, project_id):
+    """One Initial ARQ per unit of every resource of every group, all in
+    one transaction; returns them as views."""
+    now = models.utcnow()
+    with context.db.writer(context) as session:
+        profile = session.execute(
+            sa.select(Profile.id, Profile.name, Profile.profile_json).where(
+                Profile.name == profile_name)).one_or_none()
+        if profile is None:
+            raise exception.NotFound(
+                'No device profile named %r exists.' % profile_name,
+                code='cyborg.device_profile.not_found')
+        units = [index for index, count in
+                 _units(profile.profile_json['groups'])
+                 for _ in range(count)]
+        if len(units) > MAX_ARQS_PER_REQUEST:
+            raise exception.Invalid(
+                'Device profile %s asks for %d accelerators; one request '
+                'may create at most %d accelerator requests.'
+                % (profile_name, len(units), MAX_ARQS_PER_REQUEST),
+                code='cyborg.arq.too_many')
+        if not units:
+            raise exception.Invalid(
+                'Device profile %s asks for no resources, so there is no '
+                'accelerator to request.' % profile_name,
+                code='cyborg.arq.nothing_requested')
+        rows = [{'uuid': str(uuidlib.uuid4()), 'project_id': project_id,
+                 'state': states.INITIAL, 'device_profile_id': profile.id,
+                 'device_profile_group_id': index, 'created_at': now}
+                for index in units]
+        session.execute(sa.insert(ARQ), rows)
+    return [{'uuid': r['uuid'], 'state': r['state'],
+             'device_profile_group_id': r['device_profile_group_id'],
+             'hostname': None, 'device_rp_uuid': None,
+             'instance_uuid': None, 'project_id': project_id,
+             'created_at': now, 'updated_at': None,
+             'device_profile_name': profile.name,
+             'attach_handle_uuid': None, 'attach_handle_type': None,
+             'attach_handle_info': None}
+            for r in rows]
+
+
+# -- binding -------------------------------------------------------------
+
+def _refusal(session, uuid, project_id, event):
+    """Why the compare-and-set of ``event`` on ARQ ``uuid`` changed
+    nothing: it is not there (for this caller) or its state forbids it."""
+    state = session.execute(
+        _scoped(sa.select(ARQ.state), project_id).where(ARQ.uuid == uuid)
+    ).scalar_one_or_none()
+    if state is None:
+        return not_found(uuid)
+    try:
+        states.next_state(state, event)
+    except states.InvalidTransition as e:
+        return states.InvalidTransition(
+            'Accelerator request %s: %s' % (uuid, e.message))
+    # The state allowed it a moment ago: someone else changed it since.
+    return exception.Conflict(
+        'Accelerator request %s changed while this request ran; try '
+        'again.' % uuid, code='cyborg.arq.changed')
+
+
+def start_binding(context, bindings, project_id=None):
+    """Move every ARQ of ``bindings`` to BindStarted, or none of them.
+
+    ``bindings`` maps an ARQ uuid to its ``hostname``,
+    ``device_rp_uuid``, ``instance_uuid`` and, optionally, the
+    ``project_id`` it is given to.
+    """
+    now = models.utcnow()
+    with context.db.writer(context) as session:
+        instances = sorted({b['instance_uuid'] for b in bindings.values()})
+        earlier = session.execute(
+            _scoped(sa.select(ARQ.instance_uuid, ARQ.uuid), None).where(
+                ARQ.instance_uuid.in_(instances),
+                ARQ.uuid.not_in(list(bindings))).limit(1)).first()
+        if earlier is not None:
+            raise exception.Invalid(
+                'Instance %s already has accelerator request %s from an '
+                'earlier bind; unbind or delete that first.'
+                % (earlier.instance_uuid, earlier.uuid),
+                code='cyborg.arq.instance_already_bound')
+        sources = states.sources(states.BIND)
+        for uuid, binding in bindings.items():
+            values = {'state': states.BIND_STARTED,
+                      'hostname': binding['hostname'],
+                      'device_rp_uuid': binding['device_rp_uuid'],
+                      'instance_uuid': binding['instance_uuid'],
+                      'bind_started_at': now, 'bind_conductor': None,
+                      'nova_event_pending': False}
+            if binding.get('project_id') is not None:
+                values['project_id'] = binding['project_id']
+            done = session.execute(
+                _scoped(sa.update(ARQ), project_id).where(
+                    ARQ.uuid == uuid, ARQ.state.in_(sources)
+                ).values(**values))
+            if done.rowcount != 1:
+                raise _refusal(session, uuid, project_id, states.BIND)
+
+
+def fail_started_binds(context, uuids):
+    """BindStarted → BindFailed for ``uuids`` (the bind never reached a
+    conductor); returns the uuids that changed."""
+    return [arq['uuid'] for arq in _fail_binds(
+        context, ARQ.uuid.in_(list(uuids)))]
+
+
+def claim_binds(context, uuids, conductor):
+    """Make this conductor the owner of the BindStarted ARQs of ``uuids``
+    and return what binding them needs (see ``_BIND_COLUMNS``).
+
+    An ARQ already owned by another conductor is left to it.
+    """
+    with context.db.writer(context) as session:
+        session.execute(
+            sa.update(ARQ).where(
+                ARQ.uuid.in_(list(uuids)),
+                ARQ.state == states.BIND_STARTED,
+                sa.or_(ARQ.bind_conductor.is_(None),
+                       ARQ.bind_conductor == conductor),
+            ).values(bind_conductor=conductor))
+        return _bind_work(session, sa.and_(
+            ARQ.uuid.in_(list(uuids)), ARQ.state == states.BIND_STARTED,
+            ARQ.bind_conductor == conductor))
+
+
+def unfinished_binds(context, conductor):
+    """The BindStarted ARQs this conductor owns (after its restart)."""
+    with context.db.writer(context) as session:
+        return _bind_work(session, sa.and_(
+            ARQ.state == states.BIND_STARTED,
+            ARQ.bind_conductor == conductor))
+
+
+def _bind_work(session, where):
+    rows = session.execute(
+        sa.select(ARQ.id, ARQ.uuid, ARQ.hostname, ARQ.device_rp_uuid,
+                  ARQ.instance_uuid, ARQ.device_profile_group_id,
+                  ARQ.attach_handle_id, Profile.name.label('profile_name'),
+                  Profile.profile_json)
+        .join(Profile, Profile.id == ARQ.device_profile_id)
+        .where(where).order_by(ARQ.id)).all()
+    work = []
+    for row in rows:
+        item = dict(row._mapping)
+        groups = item.pop('profile_json')['groups']
+        item['group'] = groups[row.device_profile_group_id]
+        work.append(item)
+    return work
+
+
+def deployable_for_binding(context, rp_uuid):
+    """The deployable behind a resource provider, with its device and
+    attributes, or None."""
+    with context.db.reader(context) as session:
+        row = session.execute(
+            sa.select(Deployable.id, Deployable.uuid, Deployable.name,
+                      Deployable.driver_name, Device.hostname,
+                      Device.type.label('device_type'),
+                      Device.status.label('device_status'),
+                      Device.vendor, Device.model, Device.std_board_info,
+                      models.ControlPathID.cpid_info.label(
+                          'controlpath_info'))
+            .join(Device, Device.id == Deployable.device_id)
+            .outerjoin(models.ControlPathID,
+                       models.ControlPathID.device_id == Device.id)
+            .where(Deployable.rp_uuid == rp_uuid).limit(1)).one_or_none()
+        if row is None:
+            return None
+        found = dict(row._mapping)
+        found['attributes'] = dict(session.execute(
+            sa.select(models.Attribute.key, models.Attribute.value).where(
+                models.Attribute.deployable_id == row.id)).all())
+    return found
+
+
+@_retry_on_deadlock
+def allocate_attach_handle(context, arq_id, deployable_id):
+    """Give ARQ ``arq_id`` (BindStarted) a free attach handle of the
+    deployable, atomically; the handle as a dict, or None if none is free.
+
+    An ARQ that has a handle already (a bind resumed after a crash)
+    keeps it. Raises BindLost if the ARQ left BindStarted meanwhile.
+    """
+    with context.db.writer(context) as session:
+        arq = session.execute(
+            sa.select(ARQ.state, ARQ.attach_handle_id).where(
+                ARQ.id == arq_id).with_for_update()).one_or_none()
+        if arq is None or arq.state != states.BIND_STARTED:
+            raise BindLost(arq_id)
+        if arq.attach_handle_id is not None:
+            return _handle(session, arq.attach_handle_id)
+        free = session.execute(
+            sa.select(Handle.id).where(
+                Handle.deployable_id == deployable_id,
+                Handle.in_use == sa.false()).order_by(Handle.id).limit(
+                _HANDLE_CANDIDATES)).scalars().all()
+        # Contenders start at different handles instead of queueing on
+        # the first one.
+        random.shuffle(free)
+        for handle_id in free:
+            taken = session.execute(
+                sa.update(Handle).where(
+                    Handle.id == handle_id, Handle.in_use == sa.false()
+                ).values(in_use=True))
+            if taken.rowcount == 1:
+                session.execute(
+                    sa.update(ARQ).where(ARQ.id == arq_id).values(
+                        attach_handle_id=handle_id,
+                        deployable_id=deployable_id))
+                return _handle(session, handle_id)
+        return None
+
+
+def _handle(session, handle_id):
+    row = session.execute(
+        sa.select(Handle.id, Handle.uuid, Handle.attach_type,
+                  Handle.attach_info).where(Handle.id == handle_id)).one()
+    return dict(row._mapping)
+
+
+class BindLost(exception.Conflict):
+    """The ARQ left BindStarted while being bound (unbound, deleted or
+    failed by another conductor)."""
+
+    def __init__(self, arq_id):
+        super().__init__('Accelerator request %s is no longer being bound.'
+                         % arq_id, code='cyborg.arq.bind_lost')
+
+
+def finish_binding(context, arq_id, ok):
+    """BindStarted → Bound (``ok``) or BindFailed, marking Nova's event as
+    pending in the same transaction; a failed bind frees its handle.
+    False if the ARQ had left BindStarted (the bind lost)."""
+    if ok:
+        with context.db.writer(context) as session:
+            done = session.execute(
+                sa.update(ARQ).where(
+                    ARQ.id == arq_id, ARQ.state == states.BIND_STARTED
+                ).values(state=states.BOUND, bind_conductor=None,
+                         nova_event_pending=True))
+            return done.rowcount == 1
+    return bool(_fail_binds(context, ARQ.id == arq_id))
+
+
+@_retry_on_deadlock
+def _fail_binds(context, where):
+    with context.db.writer(context) as session:
+        rows = session.execute(
+            sa.select(ARQ.id, ARQ.uuid, ARQ.instance_uuid,
+                      ARQ.attach_handle_id).where(
+                where, ARQ.state == states.BIND_STARTED).with_for_update()
+        ).all()
+        if not rows:
+            return []
+        ids = [r.id for r in rows]
+        session.execute(
+            sa.update(ARQ).where(ARQ.id.in_(ids)).values(
+                state=states.BIND_FAILED, bind_conductor=None,
+                attach_handle_id=None, deployable_id=None,
+                nova_event_pending=True))
+        _free_handles(session, [r.attach_handle_id for r in rows])
+        return [dict(r._mapping) for r in rows]
+
+
+def fail_stale_binds(context, older_than_seconds):
+    """Fail every bind started more than ``older_than_seconds`` ago: its
+    conductor died or the cast was lost. Returns the failed ARQs."""
+    cutoff = models.utcnow() - datetime.timedelta(
+        seconds=older_than_seconds)
+    return _fail_binds(context, ARQ.bind_started_at < cutoff)
+
+
+def _free_handles(session, handle_ids):
+    handle_ids = [h for h in handle_ids if h is not None]
+    if handle_ids:
+        session.execute(sa.update(Handle).where(
+            Handle.id.in_(handle_ids)).values(in_use=False))
+
+
+# -- Nova's events -------------------------------------------------------
+
+def pending_events(context, instance_uuids=None):
+    """(instance_uuid, arq_uuid, state) of every event Nova has not got."""
+    with context.db.read_connection(context) as connection:
+        stmt = sa.select(ARQ.instance_uuid, ARQ.uuid, ARQ.state).where(
+            ARQ.nova_event_pending == sa.true()).order_by(ARQ.id)
+        if instance_uuids is not None:
+            stmt = stmt.where(ARQ.instance_uuid.in_(list(instance_uuids)))
+        return [tuple(r) for r in connection.execute(stmt)]
+
+
+def events_delivered(context, arq_uuids):
+    with context.db.writer(context) as session:
+        session.execute(sa.update(ARQ).where(
+            ARQ.uuid.in_(list(arq_uuids))).values(nova_event_pending=False))
+
+
+# -- unbinding and deleting ------------------------------------------------
+
+def _locked(session, where, project_id):
+    return session.execute(
+        _scoped(sa.select(ARQ.id, ARQ.uuid, ARQ.state, ARQ.instance_uuid,
+                          ARQ.hostname, ARQ.attach_handle_id), project_id)
+        .where(where).order_by(ARQ.id).with_for_update()).all()
+
+
+def _check_all_found(rows, uuids):
+    missing = set(uuids) - {r.uuid for r in rows}
+    if missing:
+        raise not_found(', '.join(sorted(missing)))
+
+
+def _releasing_columns():
+    return {'hostname': None, 'device_rp_uuid': None, 'instance_uuid': None,
+            'attach_handle_id': None, 'deployable_id': None,
+            'bind_conductor': None, 'bind_started_at': None,
+            'nova_event_pending': False}
+
+
+@_retry_on_deadlock
+def unbind(context, uuids, project_id=None):
+    """Unbind every ARQ of ``uuids`` or none: → Unbound, handles freed."""
+    with context.db.writer(context) as session:
+        rows = _locked(session, ARQ.uuid.in_(list(uuids)), project_id)
+        _check_all_found(rows, uuids)
+        allowed = states.sources(states.UNBIND)
+        for row in rows:
+            if row.state not in allowed:
+                raise _refusal(session, row.uuid, project_id, states.UNBIND)
+        session.execute(sa.update(ARQ).where(
+            ARQ.id.in_([r.id for r in rows])).values(
+            state=states.UNBOUND, **_releasing_columns()))
+        _free_handles(session, [r.attach_handle_id for r in rows])
+
+
+def fail_unbind(context, uuids):
+    """Bound → UnbindFailed: the device could not be released; the handle
+    stays taken."""
+    with context.db.writer(context) as session:
+        session.execute(sa.update(ARQ).where(
+            ARQ.uuid.in_(list(uuids)),
+            ARQ.state.in_(states.sources(states.UNBIND_FAILED_EVENT))
+        ).values(state=states.UNBIND_FAILED))
+
+
+def handles_of(context, uuids=None, instance_uuid=None, project_id=None):
+    """The ARQs named (by uuid or instance) with their attach handle and
+    deployable driver: what releasing them on their host needs."""
+    with context.db.read_connection(context) as connection:
+        stmt = _scoped(
+            sa.select(ARQ.uuid, ARQ.state, ARQ.hostname, ARQ.instance_uuid,
+                      Handle.uuid.label('handle_uuid'),
+                      Handle.attach_type, Handle.attach_info,
+                      Deployable.driver_name)
+            .select_from(ARQ)
+            .outerjoin(Handle, Handle.id == ARQ.attach_handle_id)
+            .outerjoin(Deployable, Deployable.id == Handle.deployable_id),
+            project_id)
+        if uuids is not None:
+            stmt = stmt.where(ARQ.uuid.in_(list(uuids)))
+        if instance_uuid is not None:
+            stmt = stmt.where(ARQ.instance_uuid == instance_uuid)
+        return [dict(r._mapping) for r in connection.execute(stmt)]
+
+
+@_retry_on_deadlock
+def finish_deleting(context, uuids):
+    """Free the handles of these Deleting ARQs and remove them."""
+    with context.db.writer(context) as session:
+        rows = _locked(session, sa.and_(ARQ.uuid.in_(list(uuids)),
+                                        ARQ.state == states.DELETING), None)
+        _free_handles(session, [r.attach_handle_id for r in rows])
+        session.execute(sa.delete(ARQ).where(
+            ARQ.id.in_([r.id for r in rows])))
+
+
+class ServiceTokenRequired(exception.Forbidden):
+    code = 'cyborg.arq.service_token_required'
+
+
+@_retry_on_deadlock
+def delete_arqs(context, uuids=None, instance_uuid=None, project_id=None,
+                allow_bound=True):
+    """Delete the ARQs named by uuid (all or none) or by instance (none is
+    no error). Returns ``(deleted, deferred)`` uuids.
+
+    Those with a handle prepared on a host are only moved to Deleting
+    (``deferred``): the conductor releases the device and removes them.
+    The others are removed at once; their passage through Deleting is
+    invisible and needs no recovery. Unless ``allow_bound``, an ARQ bound
+    to an instance refuses the whole request (ServiceTokenRequired).
+    """
+    with context.db.writer(context) as session:
+        where = (ARQ.uuid.in_(list(uuids)) if uuids is not None
+                 else ARQ.instance_uuid == instance_uuid)
+        rows = session.execute(
+            _scoped(sa.select(ARQ.id, ARQ.uuid, ARQ.instance_uuid,
+                              ARQ.attach_handle_id, Handle.attach_type)
+                    .select_from(ARQ)
+                    .outerjoin(Handle, Handle.id == ARQ.attach_handle_id),
+                    project_id)
+            .where(where).order_by(ARQ.id)
+            .with_for_update(of=ARQ)).all()
+        if uuids is not None:
+            _check_all_found(rows, uuids)
+        bound = [r.uuid for r in rows if r.instance_uuid is not None]
+        if bound and not allow_bound:
+            raise ServiceTokenRequired(
+                'Deleting accelerator request %s, which is bound to an '
+                'instance, requires a service token.' % bound[0])
+        deferred = [r for r in rows if r.attach_type in PREPARED_ON_HOST]
+        now = [r for r in rows if r.attach_type not in PREPARED_ON_HOST]
+        if deferred:
+            session.execute(sa.update(ARQ).where(
+                ARQ.id.in_([r.id for r in deferred])).values(
+                state=states.DELETING))
+        if now:
+            _free_handles(session, [r.attach_handle_id for r in now])
+            session.execute(sa.delete(ARQ).where(
+                ARQ.id.in_([r.id for r in now])))
+        return [r.uuid for r in now], [r.uuid for r in deferred]
+
+
+def stale_deletions(context, older_than_seconds):
+    """Uuids of ARQs left Deleting longer than ``older_than_seconds``."""
+    cutoff = models.utcnow() - datetime.timedelta(
+        seconds=older_than_seconds)
+    with context.db.read_connection(context) as connection:
+        return list(connection.execute(
+            sa.select(ARQ.uuid).where(
+                ARQ.state == states.DELETING,
+                sa.func.coalesce(ARQ.updated_at, ARQ.created_at) < cutoff)
+        ).scalars())

@@ -1,0 +1,338 @@
+"""The accelerator request API on each database engine, binding through a
+real conductor on oslo.messaging's in-process transport.
+
+The fake driver's deployable (16 TEST_PCI handles) is stored as the
+conductor stores a report; binds need no agent for it.
+"""
+
+import threading
+import time
+import uuid
+
+import pytest
+import sqlalchemy as sa
+import webtest
+
+from cyborg import rpc
+from cyborg import states
+from cyborg.api import app as api_app
+from cyborg.conductor import binding
+from cyborg.conductor import host_sync
+from cyborg.conductor import manager
+from cyborg.db import models
+from cyborg.db.api import device_profiles
+from tests import conductor_rpc
+from tests import inventory_rows
+
+ARQS = '/v2/accelerator_requests'
+HOST = 'host1'
+GROUPS = [{'resources:FPGA': '2', 'trait:CUSTOM_FAKE_DEVICE': 'required'},
+          {'resources:FPGA': '1'}]
+
+
+def as_role(*roles, project='p1'):
+    return {'X-Roles': ','.join(roles), 'X-Project-Id': project,
+            'X-User-Id': 'u-' + roles[0]}
+
+
+MEMBER = as_role('member', 'reader')
+OTHER_MEMBER = as_role('member', 'reader', project='p2')
+ADMIN = as_role('admin', 'manager', 'member', 'reader', project='p0')
+
+
+@pytest.fixture
+def fpga_rp(db):
+    stored, = inventory_rows.add_host(db.engine, HOST,
+                                      inventory_rows.fake_devices())
+    with db.engine.connect() as conn:
+        return conn.execute(sa.select(models.Deployable.rp_uuid).where(
+            models.Deployable.uuid == stored.deployables['FakeDevice'].uuid)
+        ).scalar_one()
+
+
+@pytest.fixture
+def profile(admin_context):
+    device_profiles.create_profiles(admin_context, [
+        {'uuid': str(uuid.uuid4()), 'name': 'fpga-dp', 'description': None,
+         'groups': GROUPS}])
+    return 'fpga-dp'
+
+
+@pytest.fixture
+def transport(conf):
+    conductor_rpc.use_fake_transport(conf)
+    transport = rpc.get_transport(conf)
+    yield transport
+    transport.cleanup()
+
+
+class NoAgent:
+    """The fake device needs no agent; a call here is a bug."""
+
+    def __getattr__(self, name):
+        raise AssertionError('the agent was asked to %s' % name)
+
+
+@pytest.fixture
+def conductor(conf, db, transport):
+    binder = binding.Binder(conf, NoAgent(), owner='conductor-1')
+    endpoint = manager.ConductorManager(host_sync.HostSync(None), binder)
+    with conductor_rpc.serving(transport, db, [endpoint]):
+        yield binder
+
+
+@pytest.fixture
+def api(conf, db, transport):
+    return webtest.TestApp(api_app.build_app(conf, db, transport=transport))
+
+
+def create(api, name='fpga-dp', headers=MEMBER, **body):
+    return api.post_json(ARQS, {'device_profile_name': name, **body},
+                         headers=headers, expect_errors=True)
+
+
+def bind_body(arqs, rp, instance, hostname=HOST):
+    return {a['uuid']: [
+        {'op': 'add', 'path': '/hostname', 'value': hostname},
+        {'op': 'add', 'path': '/device_rp_uuid', 'value': rp},
+        {'op': 'add', 'path': '/instance_uuid', 'value': instance}]
+        for a in arqs}
+
+
+def wait_resolved(api, instance, headers=MEMBER, timeout=10):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = api.get(ARQS, {'instance': instance, 'bind_state': 'resolved'},
+                      headers=headers, expect_errors=True)
+        if got.status_int != 423:
+            assert got.status_int == 200, got.text
+            return got.json['arqs']
+        assert time.monotonic() < deadline, 'still unresolved'
+        time.sleep(0.02)
+
+
+def handles_in_use(db):
+    with db.engine.connect() as conn:
+        return conn.execute(sa.select(sa.func.count()).where(
+            models.AttachHandle.in_use == sa.true())).scalar_one()
+
+
+def test_create_makes_one_arq_per_unit_of_every_group(api, profile):
+    created = create(api, device_profile_group_id=None)
+
+    assert created.status_int == 201
+    arqs = created.json['arqs']
+    assert [a['device_profile_group_id'] for a in arqs] == [0, 0, 1]
+    assert {a['state'] for a in arqs} == {'Initial'}
+    assert {a['project_id'] for a in arqs} == {'p1'}
+    assert all(a['device_profile_name'] == 'fpga-dp' for a in arqs)
+    first = arqs[0]
+    assert first['attach_handle_type'] == ''
+    assert first['attach_handle_info'] == {}
+    assert first['links'][0]['href'].endswith(ARQS + '/' + first['uuid'])
+    listed = api.get(ARQS, headers=MEMBER).json['arqs']
+    assert [a['uuid'] for a in listed] == [a['uuid'] for a in arqs]
+    assert api.get(ARQS + '/' + first['uuid'], headers=MEMBER).json == first
+
+
+@pytest.mark.parametrize('name', ['', 'no-such-profile', '!@#$%^&*()=-[]'])
+def test_create_from_an_unknown_or_empty_profile_is_404(api, profile, name):
+    assert create(api, name).status_int == 404
+
+
+def test_bind_then_unbind_then_delete(api, db, profile, fpga_rp,
+                                      conductor):
+    arqs = create(api).json['arqs']
+    instance = str(uuid.uuid4())
+
+    patched = api.patch_json(ARQS, bind_body(arqs, fpga_rp, instance),
+                             headers=MEMBER)
+
+    assert patched.status_int == 202
+    resolved = wait_resolved(api, instance)
+    assert {a['state'] for a in resolved} == {'Bound'}
+    assert {a['attach_handle_type'] for a in resolved} == {'TEST_PCI'}
+    assert len({a['attach_handle_uuid'] for a in resolved}) == 3
+    assert set(resolved[0]['attach_handle_info']) == {
+        'domain', 'bus', 'device', 'function'}
+    assert handles_in_use(db) == 3
+
+    unbound = api.patch_json(ARQS + '/' + arqs[0]['uuid'], {arqs[0]['uuid']: [
+        {'op': 'remove', 'path': p} for p in
+        ('/hostname', '/device_rp_uuid', '/instance_uuid')]}, headers=MEMBER)
+
+    assert unbound.status_int == 202
+    one = api.get(ARQS + '/' + arqs[0]['uuid'], headers=MEMBER).json
+    assert one['state'] == 'Unbound' and one['instance_uuid'] is None
+    assert one['attach_handle_type'] == ''
+    assert handles_in_use(db) == 2
+
+    deleted = api.delete(ARQS, {'instance': instance}, headers=MEMBER)
+
+    assert deleted.status_int == 204
+    assert handles_in_use(db) == 0
+    left = api.get(ARQS, headers=MEMBER).json['arqs']
+    assert [a['uuid'] for a in left] == [arqs[0]['uuid']]
+    # Deleting by instance again is no error.
+    assert api.delete(ARQS, {'instance': instance},
+                      headers=MEMBER).status_int == 204
+
+
+def test_bind_to_a_provider_of_another_host_fails(api, db, profile, fpga_rp,
+                                                  conductor):
+    arqs = create(api).json['arqs']
+    instance = str(uuid.uuid4())
+
+    api.patch_json(ARQS, bind_body(arqs, fpga_rp, instance, 'host2'),
+                   headers=MEMBER)
+
+    resolved = wait_resolved(api, instance)
+    assert {a['state'] for a in resolved} == {'BindFailed'}
+    assert handles_in_use(db) == 0
+
+
+def test_a_deployable_gives_each_handle_once(api, db, admin_context,
+                                             fpga_rp, conductor):
+    device_profiles.create_profiles(admin_context, [
+        {'uuid': str(uuid.uuid4()), 'name': 'big', 'description': None,
+         'groups': [{'resources:FPGA': '5'}]}])
+    instances = [str(uuid.uuid4()) for _ in range(4)]
+    for instance in instances:
+        arqs = create(api, 'big').json['arqs']
+        api.patch_json(ARQS, bind_body(arqs, fpga_rp, instance),
+                       headers=MEMBER)
+
+    states_seen = [a['state'] for i in instances
+                   for a in wait_resolved(api, i)]
+    assert states_seen.count('Bound') == 16
+    assert states_seen.count('BindFailed') == 4
+    assert handles_in_use(db) == 16
+    with db.engine.connect() as conn:
+        given = conn.execute(sa.select(
+            models.ExtendedAcceleratorRequest.attach_handle_id).where(
+            models.ExtendedAcceleratorRequest.attach_handle_id.is_not(None))
+        ).scalars().all()
+    assert len(given) == len(set(given)) == 16
+
+
+def test_resolved_listing_is_423_while_a_bind_runs(api, profile, fpga_rp,
+                                                   conf, db, transport):
+    # A conductor that holds the bind until told to go on.
+    go = threading.Event()
+
+    class SlowBinder(binding.Binder):
+        def bind(self, context, arq_uuids):
+            go.wait(10)
+            super().bind(context, arq_uuids)
+
+    endpoint = manager.ConductorManager(
+        host_sync.HostSync(None), SlowBinder(conf, NoAgent()))
+    with conductor_rpc.serving(transport, db, [endpoint]):
+        arqs = create(api).json['arqs']
+        instance = str(uuid.uuid4())
+        api.patch_json(ARQS, bind_body(arqs, fpga_rp, instance),
+                       headers=MEMBER)
+
+        waiting = api.get(ARQS, {'instance': instance,
+                                 'bind_state': 'resolved'},
+                          headers=MEMBER, expect_errors=True)
+        go.set()
+
+        assert waiting.status_int == 423
+        assert 'still being bound' in waiting.json['error_message']
+        assert {a['state'] for a in wait_resolved(api, instance)} == {
+            'Bound'}
+
+
+def test_other_projects_see_nothing(api, profile, fpga_rp, conductor):
+    arq = create(api).json['arqs'][0]
+    item = ARQS + '/' + arq['uuid']
+
+    assert api.get(ARQS, headers=OTHER_MEMBER).json['arqs'] == []
+    assert api.get(item, headers=OTHER_MEMBER,
+                   expect_errors=True).status_int == 404
+    bound = api.patch_json(ARQS, bind_body([arq], fpga_rp,
+                                           str(uuid.uuid4())),
+                           headers=OTHER_MEMBER, expect_errors=True)
+    assert bound.status_int == 404
+    assert api.delete(item, headers=OTHER_MEMBER,
+                      expect_errors=True).status_int == 404
+    assert api.get(item, headers=MEMBER).json['state'] == 'Initial'
+    # An administrator sees every project's.
+    assert [a['uuid'] for a in api.get(ARQS, headers=ADMIN).json['arqs']
+            ] == [a['uuid'] for a in api.get(ARQS, headers=MEMBER).json[
+                'arqs']]
+
+
+def test_project_id_in_a_bind_needs_2_1_and_an_admin(api, profile, fpga_rp,
+                                                     conductor):
+    arq = create(api).json['arqs'][0]
+    body = bind_body([arq], fpga_rp, str(uuid.uuid4()))
+    body[arq['uuid']].append({'op': 'add', 'path': '/project_id',
+                              'value': 'p9'})
+    v21 = {'OpenStack-API-Version': 'accelerator 2.1'}
+
+    too_low = api.patch_json(ARQS, body, headers=ADMIN, expect_errors=True)
+    not_admin = api.patch_json(ARQS, body, headers={**MEMBER, **v21},
+                               expect_errors=True)
+    assert (too_low.status_int, not_admin.status_int) == (406, 403)
+
+    done = api.patch_json(ARQS, body, headers={**ADMIN, **v21})
+
+    assert done.status_int == 202
+    assert api.get(ARQS + '/' + arq['uuid'],
+                   headers=ADMIN).json['project_id'] == 'p9'
+
+
+def test_illegal_transitions_are_409(api, profile, fpga_rp, conductor):
+    arq = create(api).json['arqs'][0]
+    unbind = {arq['uuid']: [{'op': 'remove', 'path': '/hostname'}]}
+
+    refused = api.patch_json(ARQS, unbind, headers=MEMBER,
+                             expect_errors=True)
+
+    assert refused.status_int == 409
+    assert 'Initial' in refused.json['error_message']
+    assert refused.json['code'] == states.InvalidTransition.code
+
+
+def test_a_second_bind_of_an_instance_is_400(api, profile, fpga_rp,
+                                             conductor):
+    first, second = (create(api).json['arqs'] for _ in range(2))
+    instance = str(uuid.uuid4())
+    api.patch_json(ARQS, bind_body(first, fpga_rp, instance),
+                   headers=MEMBER)
+
+    again = api.patch_json(ARQS, bind_body(second, fpga_rp, instance),
+                           headers=MEMBER, expect_errors=True)
+
+    assert again.status_int == 400
+    assert instance in again.json['error_message']
+    assert {a['state'] for a in second} == {'Initial'}
+
+
+def test_bind_is_all_or_nothing(api, profile, fpga_rp, conductor):
+    arqs = create(api).json['arqs']
+    body = bind_body(arqs, fpga_rp, str(uuid.uuid4()))
+    body[str(uuid.uuid4())] = body[arqs[0]['uuid']]
+
+    refused = api.patch_json(ARQS, body, headers=MEMBER, expect_errors=True)
+
+    assert refused.status_int == 404
+    assert {a['state'] for a in api.get(ARQS, headers=MEMBER).json['arqs']
+            } == {'Initial'}
+
+
+def test_listing_takes_one_query_for_any_number(api, profile, sql_counter):
+    create(api)
+    sql_counter.reset()
+    api.get(ARQS, headers=MEMBER)
+    few = len(sql_counter)
+    for _ in range(10):
+        create(api)
+    sql_counter.reset()
+
+    listed = api.get(ARQS, headers=MEMBER).json['arqs']
+
+    assert len(listed) == 33
+    assert len(sql_counter) == few == 1
