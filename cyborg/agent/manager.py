@@ -9,16 +9,31 @@ name, in that order, and logs which one matched. An agent without
 ``[placement]`` credentials sends the names and lets the conductor look.
 
 The agent also listens on the agent topic (its host name as the server)
-for the conductor's calls; version 1.0 has only ``ping``.
+for the conductor's calls (``rpcapi.py``): ``ping``, and around the life of
+a bound ARQ ``prepare_attach_handle``/``release_attach_handle`` (for a
+vGPU, create and remove the mdev) and ``program`` (load a bitstream from
+Glance into an FPGA). The agent finds the device or attach handle among
+what the named driver discovers now, so that it acts only on hardware it
+would report. After programming it reports its inventory at once rather
+than at the next interval: the loaded function's trait reaches the
+database and Placement the way every other trait does.
 """
 
+import functools
+import json
+import pathlib
+import re
 import socket
+import tempfile
+import threading
+import time
 
 from keystoneauth1 import exceptions as ks_exceptions
 from oslo_log import log
 import oslo_messaging as messaging
 
 from cyborg import context as cyborg_context
+from cyborg import exception
 from cyborg import rpc
 from cyborg import service
 from cyborg.accelerator.drivers import loader
@@ -30,6 +45,11 @@ from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.objects import inventory
 
 LOG = log.getLogger(__name__)
+
+# AgentManager's glance argument when the client is to be built from
+# [glance] at the first download.
+GLANCE_FROM_CONF = object()
+
 
 def name_candidates(configured, fqdn=None, short_name=None):
     """``[(name, what it is)]`` in the order Nova's name is tried."""
@@ -45,13 +65,62 @@ def name_candidates(configured, fqdn=None, short_name=None):
     return list(labelled.items())
 
 
+def _answers_errors(endpoint):
+    """An RPC endpoint whose understood errors go back to the caller.
+
+    A ``CyborgError`` (a driver or a tool failed, no such handle here)
+    is logged as one line and sent to the caller as itself; anything
+    else is a bug, logged with its traceback by oslo.messaging.
+    """
+    @functools.wraps(endpoint)
+    def answer(self, context, *args, **kwargs):
+        try:
+            return endpoint(self, context, *args, **kwargs)
+        except exception.CyborgError as exc:
+            # Keeps the error for the reply; logged outside the except
+            # block, where oslo.log adds no traceback.
+            expected = messaging.ExpectedException()
+            error = exc
+        LOG.warning('%s requested by the conductor failed: %s: %s',
+                    endpoint.__name__, type(error).__name__, error)
+        raise expected
+    return answer
+
+
+def glance_from_conf(conf):
+    """The Glance client of ``[glance]``, or None if it is not set."""
+    from cyborg.clients import glance as glance_client
+    return glance_client.GlanceClient.from_conf(conf)
+
+
+def _address_text(info):
+    try:
+        return str(inventory.PCIAddress(info['domain'], info['bus'],
+                                        info['device'], info['function']))
+    except (KeyError, TypeError):
+        return repr(info)
+
+
+def _image_file_name(image_id):
+    return re.sub(r'[^A-Za-z0-9_.-]', '_', str(image_id)).lstrip('.')
+
+
 class AgentManager:
-    """The agent's work, and its RPC endpoint."""
+    """The agent's work, and its RPC endpoint.
+
+    ``glance`` downloads bitstreams (``download(image_id, dest_path)``);
+    by default it is built from ``[glance]`` when first needed, and None
+    means that this agent cannot program. ``request_report`` asks for an
+    inventory report as soon as possible without waiting for it; the
+    service points it at its periodic report, otherwise a report runs on
+    a thread of its own.
+    """
 
     target = messaging.Target(version=agent_rpcapi.VERSION)
 
     def __init__(self, conf, drivers, conductor, placement=None,
-                 candidates=None):
+                 candidates=None, glance=GLANCE_FROM_CONF,
+                 request_report=None):
         self.conf = conf
         self.drivers = drivers
         self.conductor = conductor
@@ -62,13 +131,162 @@ class AgentManager:
         self.last_report = None
         self._last_failed = False
         self._context = cyborg_context.admin_context(None)
+        self._report_lock = threading.Lock()
+        self._glance = glance
+        self._glance_lock = threading.Lock()
+        self._program_locks = {}  # (driver name, address) -> Lock
+        self._program_locks_lock = threading.Lock()
+        self.request_report = request_report or self._report_on_a_thread
 
-    # -- RPC endpoint (version 1.0) -----------------------------------
+    # -- RPC endpoint -------------------------------------------------
 
     def ping(self, context):
         return {'host': self.conf.host,
                 'drivers': [d.name for d in self.drivers],
                 'version': agent_rpcapi.VERSION}
+
+    @_answers_errors
+    def prepare_attach_handle(self, context, driver_name, attach_handle,
+                              arq_uuid):
+        driver, device, handle, uuid = self._find_attach_handle(
+            driver_name, attach_handle)
+        driver.prepare_attach_handle(device, handle, uuid)
+        LOG.info('Prepared %s attach handle %s (%s) of %s for ARQ %s',
+                 handle.attach_type, uuid, _address_text(handle.attach_info),
+                 driver_name, arq_uuid)
+
+    @_answers_errors
+    def release_attach_handle(self, context, driver_name, attach_handle,
+                              arq_uuid):
+        driver, device, handle, uuid = self._find_attach_handle(
+            driver_name, attach_handle)
+        driver.release_attach_handle(device, handle, uuid)
+        LOG.info('Released %s attach handle %s (%s) of %s for ARQ %s',
+                 handle.attach_type, uuid, _address_text(handle.attach_info),
+                 driver_name, arq_uuid)
+
+    @_answers_errors
+    def program(self, context, driver_name, controlpath_info, bitstream):
+        started = time.monotonic()
+        driver = self._driver(driver_name)
+        device = self._find_device(driver, controlpath_info)
+        address = _address_text(device.controlpath_info)
+        try:
+            image_id = bitstream['image_id']
+            properties = dict(bitstream.get('properties') or {})
+        except (KeyError, TypeError, AttributeError, ValueError):
+            raise agent_rpcapi.AgentError(
+                'A bitstream is {"image_id", "properties"}, not %r'
+                % (bitstream,))
+        glance = self._glance_client()
+        with (self._program_lock(driver_name, address),
+              tempfile.TemporaryDirectory(
+                  prefix='cyborg-bitstream-') as directory):
+            path = pathlib.Path(directory) / (
+                _image_file_name(image_id) + driver.bitstream_suffix)
+            self._download(glance, image_id, path)
+            LOG.info('Programming FPGA %s of %s with image %s (%s, function '
+                     '%s)', address, driver_name, image_id,
+                     properties.get('bs-name'),
+                     properties.get('function_uuid'))
+            driver.program(device, path, properties)
+        seconds = time.monotonic() - started
+        LOG.info('Programmed FPGA %s with image %s in %.1f s', address,
+                 image_id, seconds)
+        self.request_report()
+        return {'device': address,
+                'image_id': image_id,
+                'function_uuid': properties.get('function_uuid'),
+                'seconds': round(seconds, 3)}
+
+    def _driver(self, driver_name):
+        for driver in self.drivers:
+            if driver.name == driver_name:
+                return driver
+        raise agent_rpcapi.DriverNotEnabled(
+            'Driver %s is not enabled on host %s (enabled: %s)'
+            % (driver_name, self.conf.host,
+               ', '.join(d.name for d in self.drivers) or 'none'))
+
+    def _find_attach_handle(self, driver_name, attach_handle):
+        """(driver, device, handle, handle UUID) as discovered now."""
+        try:
+            uuid = attach_handle['uuid']
+            attach_type = attach_handle['attach_type']
+            attach_info = attach_handle['attach_info']
+            if isinstance(attach_info, str):  # as a JSON column holds it
+                attach_info = json.loads(attach_info)
+            attach_info = dict(attach_info)
+        except (KeyError, TypeError, ValueError):
+            raise agent_rpcapi.AgentError(
+                'An attach handle is {"uuid", "attach_type", '
+                '"attach_info"}, not %r' % (attach_handle,))
+        driver = self._driver(driver_name)
+        for device in driver.discover():
+            for deployable in device.deployables:
+                for handle in deployable.attach_handles:
+                    if (handle.attach_type == attach_type
+                            and handle.attach_info == attach_info):
+                        return driver, device, handle, uuid
+        raise agent_rpcapi.NotOnThisHost(
+            'Driver %s on host %s finds no %s attach handle %s (%s)'
+            % (driver_name, self.conf.host, attach_type,
+               _address_text(attach_info), uuid))
+
+    def _find_device(self, driver, controlpath_info):
+        try:
+            wanted = dict(controlpath_info)
+        except (TypeError, ValueError):
+            wanted = None
+        for device in driver.discover():
+            if (device.controlpath_type == 'PCI'
+                    and device.controlpath_info == wanted):
+                return device
+        raise agent_rpcapi.NotOnThisHost(
+            'Driver %s on host %s finds no device at %s'
+            % (driver.name, self.conf.host, _address_text(controlpath_info)))
+
+    def _program_lock(self, driver_name, address):
+        """One program at a time per device."""
+        with self._program_locks_lock:
+            return self._program_locks.setdefault((driver_name, address),
+                                                  threading.Lock())
+
+    def _glance_client(self):
+        with self._glance_lock:
+            if self._glance is GLANCE_FROM_CONF:
+                self._glance = glance_from_conf(self.conf)
+            glance = self._glance
+        if glance is None:
+            raise agent_rpcapi.BitstreamUnavailable(
+                'Host %s cannot download bitstreams: [glance] is not '
+                'configured' % self.conf.host)
+        return glance
+
+    @staticmethod
+    def _download(glance, image_id, path):
+        started = time.monotonic()
+        try:
+            glance.download(image_id, str(path))
+        except Exception as exc:
+            # Whatever the client raises (HTTP, keystoneauth, disk): the
+            # caller needs the reason, not the type.
+            raise agent_rpcapi.BitstreamUnavailable(
+                'Cannot download bitstream image %s: %s'
+                % (image_id, service.describe_error(exc)))
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = 0
+        if not size:
+            raise agent_rpcapi.BitstreamUnavailable(
+                'Bitstream image %s has no data' % image_id)
+        LOG.info('Downloaded bitstream image %s (%d bytes) in %.1f s',
+                 image_id, size, time.monotonic() - started)
+
+    def _report_on_a_thread(self):
+        threading.Thread(target=self.report_inventory,
+                         name='inventory-report-now', daemon=True).start()
 
     # -- the periodic report ------------------------------------------
 
@@ -118,6 +336,10 @@ class AgentManager:
 
     def report_inventory(self):
         """Discover and report once; errors are logged, never raised."""
+        with self._report_lock:
+            return self._report_inventory()
+
+    def _report_inventory(self):
         try:
             snapshot = self.discover()
         except DiscoveryFailed as exc:
@@ -184,13 +406,16 @@ class AgentService(service.Service):
     ``transport`` is shared when given (the single-machine mode runs
     everything on one in-process transport); otherwise the service makes
     its own from ``[DEFAULT] transport_url`` and cleans it up on stop.
+    ``glance`` is as for ``AgentManager``.
     """
 
-    def __init__(self, conf, transport=None, placement=None):
+    def __init__(self, conf, transport=None, placement=None,
+                 glance=GLANCE_FROM_CONF):
         super().__init__('cyborg-agent', conf.agent.retry_interval)
         self.conf = conf
         self._shared_transport = transport
         self._placement = placement
+        self._glance = glance
         self.manager = None
         self.report_task = None
 
@@ -214,7 +439,7 @@ class AgentService(service.Service):
             conf, drivers,
             conductor_rpcapi.ConductorAPI(
                 transport, timeout=conf.agent.report_timeout),
-            placement)
+            placement, glance=self._glance)
         server = rpc.get_server(transport, rpc.AGENT_TOPIC, conf.host,
                                 [self.manager])
         server.start()
@@ -222,4 +447,6 @@ class AgentService(service.Service):
         self.report_task = self.add_periodic(
             'inventory-report', conf.agent.report_interval,
             self.manager.report_inventory)
+        # A report asked for after programming joins the periodic one.
+        self.manager.request_report = self.report_task.run_now
 

@@ -3,13 +3,71 @@
 Each agent listens on the agent topic with its host name as the server,
 so a call reaches the agent of that host only.
 
+Errors: a call that fails for a reason the agent understands (no such
+driver here, no such device or attach handle, the driver or the vendor
+tool failed, the bitstream cannot be downloaded) raises a
+``cyborg.exception.CyborgError`` in the caller, on RabbitMQ as on the
+in-process transport: ``DriverNotEnabled``, ``NotOnThisHost``,
+``BitstreamUnavailable`` or ``AgentError`` below, or the driver's
+``cyborg.accelerator.drivers.base.DriverError`` or
+``OperationNotSupported``, with the agent's explanation as ``message``.
+Anything else is a bug in the agent and arrives as
+``oslo_messaging.RemoteError``; a host whose agent does not answer gives
+``oslo_messaging.MessagingTimeout``.
+
 Version history (bump the minor for additions, keep old calls working):
   1.0 ping
+  1.1 prepare_attach_handle, release_attach_handle, program
 """
 
-from cyborg import rpc
+# First: selects oslo.service's threading backend before oslo.messaging
+# loads (see cyborg/service.py).
+from cyborg import service  # noqa: F401, I001
 
-VERSION = '1.0'
+import oslo_messaging as messaging
+
+from cyborg import exception
+from cyborg import rpc
+from cyborg.accelerator.drivers import base
+
+VERSION = '1.1'
+
+
+class AgentError(exception.CyborgError):
+    code = 'cyborg.agent_error'
+
+
+class DriverNotEnabled(AgentError):
+    status = 404
+    code = 'cyborg.agent_driver_not_enabled'
+
+
+class NotOnThisHost(AgentError):
+    """The device or attach handle is not among what the driver finds."""
+
+    status = 404
+    code = 'cyborg.agent_not_on_this_host'
+
+
+class BitstreamUnavailable(AgentError):
+    status = 409
+    code = 'cyborg.agent_bitstream_unavailable'
+
+
+# The errors an agent answers with, by the class name that RabbitMQ
+# carries: the caller raises them again as themselves.
+ANSWERED_ERRORS = {cls.__name__: cls for cls in (
+    exception.CyborgError, exception.Invalid, exception.NotFound,
+    exception.Conflict, base.DriverError, base.OperationNotSupported,
+    AgentError, DriverNotEnabled, NotOnThisHost, BitstreamUnavailable)}
+
+
+def _as_answered(error):
+    """The CyborgError a RemoteError stands for, or None."""
+    cls = ANSWERED_ERRORS.get(error.exc_type)
+    if cls is None:
+        return None
+    return cls(error.value)
 
 
 class AgentAPI:
@@ -18,11 +76,57 @@ class AgentAPI:
         self._transport = transport
         self._timeout = timeout
 
-    def _prepare(self, host, version):
+    def _call(self, context, host, version, method, **kwargs):
         client = rpc.get_client(self._transport, rpc.AGENT_TOPIC, VERSION,
                                 server=host, timeout=self._timeout)
-        return client.prepare(version=version)
+        try:
+            return client.prepare(version=version).call(context, method,
+                                                        **kwargs)
+        except messaging.RemoteError as error:
+            # oslo.messaging rebuilds only the exceptions of modules its
+            # transport was told of; the others arrive as RemoteError.
+            answered = _as_answered(error)
+            if answered is None:
+                raise
+        raise answered
 
     def ping(self, context, host):
         """What the agent on ``host`` runs: ``{host, drivers, version}``."""
-        return self._prepare(host, '1.0').call(context, 'ping')
+        return self._call(context, host, '1.0', 'ping')
+
+    def prepare_attach_handle(self, context, host, driver_name,
+                              attach_handle, arq_uuid):
+        """Make an attach handle ready for the VM of ARQ ``arq_uuid``.
+
+        ``attach_handle`` is ``{'uuid', 'attach_type', 'attach_info'}`` as
+        the conductor stores it; the agent finds the handle among what
+        driver ``driver_name`` discovers. For an ``MDEV`` handle the mdev
+        is created with the handle's UUID; a PCI function needs nothing.
+        """
+        self._call(context, host, '1.1', 'prepare_attach_handle',
+                   driver_name=driver_name, attach_handle=attach_handle,
+                   arq_uuid=arq_uuid)
+
+    def release_attach_handle(self, context, host, driver_name,
+                              attach_handle, arq_uuid):
+        """Undo ``prepare_attach_handle``; harmless if already undone."""
+        self._call(context, host, '1.1', 'release_attach_handle',
+                   driver_name=driver_name, attach_handle=attach_handle,
+                   arq_uuid=arq_uuid)
+
+    def program(self, context, host, driver_name, controlpath_info,
+                bitstream):
+        """Load a bitstream into the FPGA at ``controlpath_info``.
+
+        ``controlpath_info`` is the device's PCI address (``domain``,
+        ``bus``, ``device``, ``function``); ``bitstream`` is
+        ``{'image_id': <Glance image>, 'properties': {<image properties>}}``.
+        The agent downloads the image, has the driver load it and reports
+        its inventory at once, so that the function trait reaches the
+        database and Placement. Returns ``{'device', 'image_id',
+        'function_uuid', 'seconds'}``.
+        """
+        return self._call(context, host, '1.1', 'program',
+                          driver_name=driver_name,
+                          controlpath_info=controlpath_info,
+                          bitstream=bitstream)

@@ -28,10 +28,12 @@ from oslo_log import log
 
 from cyborg import conf as cyborg_conf
 from cyborg import service  # first: keeps eventlet out (see service.py)
+from cyborg.accelerator.drivers import fake
 from cyborg.agent import manager as agent_manager
 from cyborg.api import app as api_app
 from cyborg.clients import placement as placement_client
 from cyborg.cmd import api as api_cmd
+from cyborg.cmd import demo
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import placement_sync
 from cyborg.db import migration
@@ -60,6 +62,11 @@ def parse_args(argv):
                         help='Port the API listens on.')
     parser.add_argument('--config-file', action='append', default=[],
                         help='Extra configuration files, read last.')
+    parser.add_argument('--demo', action='store_true',
+                        help='Once started, play Nova against the API: '
+                             'create a device profile and accelerator '
+                             'requests, bind them to the fake device and '
+                             'show them bound.')
     return parser.parse_args(argv)
 
 
@@ -150,17 +157,20 @@ def describe_devices(snapshot):
 class AllInOne(service.Service):
     """Conductor, agent and API on one transport, DB and Placement."""
 
-    def __init__(self, conf, state_dir):
+    def __init__(self, conf, state_dir, demo=False):
         super().__init__('cyborg-all-in-one')
         self.conf = conf
         self.state_dir = state_dir
+        self.demo = demo
         self.api_url = None
 
     def on_start(self):
         conf = self.conf
+        _progress('migrating the database in %s' % self.state_dir)
         migration.upgrade(conf.database.connection)
         db = session.Database(conf)
         self.on_stop(db.dispose)
+        _progress('starting Placement (in-process, SQLite)')
         placement = placement_client.PlacementClient(
             placement_client.wsgi_adapter(start_placement(self.state_dir),
                                           headers=PLACEMENT_HEADERS))
@@ -168,10 +178,13 @@ class AllInOne(service.Service):
         transport = service.get_transport(conf, url='fake://')
         self.on_stop(transport.cleanup)
 
+        _progress('starting the conductor')
         conductor = conductor_manager.ConductorService(
             conf, transport=transport, db=db, placement=placement)
         conductor.start()
         self.on_stop(conductor.stop)
+        _progress('starting the agent (drivers: %s)'
+                  % ', '.join(conf.agent.enabled_drivers))
         agent = agent_manager.AgentService(conf, transport=transport,
                                            placement=placement)
         agent.start()
@@ -188,18 +201,36 @@ class AllInOne(service.Service):
         self.on_stop(server.stop)
         print('cyborg-all-in-one: API on %s (state in %s)'
               % (self.api_url, self.state_dir), flush=True)
-        self._show_inventory(agent, placement, compute_rp)
+        _progress('waiting for the agent\'s first report')
+        if self._show_inventory(agent, placement, compute_rp) and self.demo:
+            self._run_demo()
+        print('cyborg-all-in-one: ready; the API is on %s. Ctrl-C stops '
+              'everything.' % self.api_url, flush=True)
+
+    def _run_demo(self):
+        if 'fake_driver' not in self.conf.agent.enabled_drivers:
+            print('cyborg-all-in-one: no demo: fake_driver is not enabled',
+                  flush=True)
+            return
+        rp_uuid = placement_sync.provider_uuid(placement_sync.provider_name(
+            self.conf.host, fake.DEPLOYABLE_NAME))
+        try:
+            lines = demo.run(self.api_url, self.conf.host, rp_uuid)
+        except (demo.DemoFailed, OSError) as exc:
+            lines = ['Demo failed: %s' % exc]
+        print('\n'.join(['Demo: Nova\'s part, played against the API:']
+                        + ['  ' + line for line in lines]), flush=True)
 
     def _show_inventory(self, agent, placement, compute_rp):
         deadline = FIRST_REPORT_TIMEOUT
         while agent.manager.last_report is None and deadline > 0:
             if self.sleep(0.2):
-                return
+                return False
             deadline -= 0.2
         if agent.manager.last_report is None:
             print('cyborg-all-in-one: no inventory report yet; see the log',
                   flush=True)
-            return
+            return False
         lines = ['Discovered devices (drivers: %s):' % ', '.join(
             self.conf.agent.enabled_drivers)]
         lines += describe_devices(agent.manager.discover())
@@ -207,6 +238,11 @@ class AllInOne(service.Service):
         lines += ['  ' + line for line in describe_tree(placement,
                                                         compute_rp)]
         print('\n'.join(lines), flush=True)
+        return True
+
+
+def _progress(step):
+    print('cyborg-all-in-one: %s ...' % step, flush=True)
 
 
 def main(argv=None):
@@ -214,6 +250,6 @@ def main(argv=None):
     os.makedirs(args.state_dir, exist_ok=True)
     conf = make_conf(args)
     log.setup(conf, 'cyborg')
-    status = service.launch(AllInOne(conf, args.state_dir))
+    status = service.launch(AllInOne(conf, args.state_dir, demo=args.demo))
     print('cyborg-all-in-one: stopped', flush=True)
     sys.exit(status)

@@ -13,16 +13,19 @@ from cyborg.conf import conductor
 from cyborg.conf import cors
 from cyborg.conf import database
 from cyborg.conf import default
+from cyborg.conf import fake_driver
+from cyborg.conf import glance
 from cyborg.conf import gpu_devices
 from cyborg.conf import http_proxy
 from cyborg.conf import intel_nic
 from cyborg.conf import keystone_authtoken
+from cyborg.conf import nova
 from cyborg.conf import pci
 from cyborg.conf import placement
 
 _GROUP_MODULES = (default, api, database, keystone_authtoken, cors,
-                  http_proxy, placement, pci, gpu_devices, intel_nic, agent,
-                  conductor)
+                  http_proxy, placement, nova, glance, pci, gpu_devices,
+                  intel_nic, agent, conductor, fake_driver)
 
 
 def register_opts(conf):

@@ -11,8 +11,11 @@ from cyborg.conf import conductor
 from cyborg.conf import cors
 from cyborg.conf import database
 from cyborg.conf import default
+from cyborg.conf import fake_driver
+from cyborg.conf import glance
 from cyborg.conf import gpu_devices
 from cyborg.conf import intel_nic
+from cyborg.conf import nova
 from cyborg.conf import pci
 from cyborg.conf import placement
 
@@ -20,8 +23,8 @@ from cyborg.conf import placement
 def list_opts():
     """Every option group of the service, as the generator wants them."""
     groups = {}
-    for module in (default, api, placement, pci, gpu_devices, intel_nic,
-                   agent, conductor):
+    for module in (default, api, placement, nova, glance, pci, gpu_devices,
+                   intel_nic, agent, conductor, fake_driver):
         for group, opts in module.list_opts().items():
             groups.setdefault(group, []).extend(opts)
     return [(group, copy.deepcopy(opts)) for group, opts in groups.items()]

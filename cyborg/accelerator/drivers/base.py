@@ -12,8 +12,13 @@ agent builds it with the configuration object and the shared
   of an ARQ bound to one of the driver's attach handles (for a vGPU: create
   and remove the mdev). A PCI function needs nothing: the defaults do
   nothing.
-- ``program()`` to load a bitstream into an FPGA. Drivers of other devices
-  refuse it.
+- ``program()`` to load a bitstream into an FPGA, with the bitstream's
+  Glance properties as ``metadata``. Drivers of other devices refuse it.
+  Once programmed, the next ``discover()`` reports the loaded function as
+  the trait ``CUSTOM_FPGA_FUNCTION_ID_<function uuid>``.
+
+The agent calls these from several threads (the periodic report and RPC
+requests): a driver that keeps state guards it.
 """
 
 import abc
@@ -65,9 +70,17 @@ class AcceleratorDriver(abc.ABC):
         """Undo ``prepare_attach_handle``; harmless if already undone."""
         return None
 
-    def program(self, device: inventory.Device,
-                bitstream: pathlib.Path) -> None:
-        """Load ``bitstream`` into the FPGA ``device``."""
+    # How a bitstream file is named for the driver's programming tool.
+    bitstream_suffix: ClassVar[str] = '.bin'
+
+    def program(self, device: inventory.Device, bitstream: pathlib.Path,
+                metadata: dict | None = None) -> None:
+        """Load the file ``bitstream`` into the FPGA ``device``.
+
+        ``metadata`` holds the bitstream's Glance image properties
+        (``bs-uuid``, ``vendor``, ``board``, ``region_uuid``,
+        ``function_uuid``, ...). Raises ``DriverError`` on failure.
+        """
         raise OperationNotSupported(
             'Driver %s cannot program devices' % self.name)
 

@@ -5,11 +5,23 @@ of 16 ``TEST_PCI`` attach handles that Nova's libvirt driver ignores, and
 the attribute ``region_uuid``. The
 handles are addressed like the VFs of the card (0c:00.1 to 0c:02.0) so
 that each is distinct.
+
+Programming it checks that the bitstream file exists, takes
+``[fake_driver] program_seconds`` and remembers, in memory, the
+``function_uuid`` of the bitstream's metadata: from then on the
+deployable also carries the trait ``CUSTOM_FPGA_FUNCTION_ID_<uuid>`` and
+the attribute ``function_uuid``, as a real FPGA that was programmed does.
+A bitstream without a function leaves it with none. An agent that
+restarts forgets what was programmed, as a card that is power-cycled does.
 """
 
 import os
+import threading
+import time
 
 from cyborg.accelerator.drivers import base
+from cyborg.accelerator.drivers import traits
+from cyborg.conf import fake_driver as fake_driver_conf
 from cyborg.objects import inventory
 
 ADDRESS = inventory.PCIAddress('0000', '0c', '00', '0')
@@ -22,9 +34,27 @@ DEPLOYABLE_NAME = 'FakeDevice'
 REGION_UUID = 'f4c6a1b2-7d3e-4c58-9a0b-1e2f3d4c5b6a'
 
 
+def function_id(function_uuid):
+    """A function UUID as FPGA traits spell it: 32 lower-case hex digits."""
+    return str(function_uuid).strip().lower().replace('-', '')
+
+
 class FakeDriver(base.AcceleratorDriver):
     name = 'fake_driver'
     device_type = 'FPGA'
+
+    def __init__(self, conf, pci_reader):
+        super().__init__(conf, pci_reader)
+        if conf is not None:
+            fake_driver_conf.register_opts(conf)
+        self._lock = threading.Lock()
+        self._function = None  # function id loaded by program()
+
+    @property
+    def program_seconds(self):
+        if self.conf is None:
+            return 0
+        return self.conf.fake_driver.program_seconds
 
     def discover(self):
         handles = []
@@ -34,14 +64,21 @@ class FakeDriver(base.AcceleratorDriver):
                 str(index % 8))
             handles.append(inventory.AttachHandle('TEST_PCI',
                                                   address.as_info()))
+        device_traits = [TRAIT]
+        attributes = {'region_uuid': REGION_UUID}
+        with self._lock:
+            function = self._function
+        if function:
+            device_traits.append(traits.custom('FPGA_FUNCTION_ID', function))
+            attributes['function_uuid'] = function
         deployable = inventory.Deployable(
             name=DEPLOYABLE_NAME,
             num_accelerators=HANDLES,
             resource_class='FPGA',
             driver_name=self.name,
-            traits=[TRAIT],
+            traits=device_traits,
             attach_handles=handles,
-            attributes={'region_uuid': REGION_UUID})
+            attributes=attributes)
         return [inventory.Device(
             type='FPGA',
             vendor=VENDOR_ID,
@@ -51,8 +88,13 @@ class FakeDriver(base.AcceleratorDriver):
             std_board_info={'vendor_id': VENDOR_ID, 'product_id': 'abcd'},
             deployables=[deployable])]
 
-    def program(self, device, bitstream):
+    def program(self, device, bitstream, metadata=None):
         # Nothing to load into, but the bitstream must exist: the binding
         # flow is tested end to end against this driver.
         if not os.path.isfile(bitstream):
             raise base.DriverError('No bitstream at %s' % bitstream)
+        time.sleep(self.program_seconds)
+        function_uuid = (metadata or {}).get('function_uuid')
+        with self._lock:
+            self._function = (function_id(function_uuid) if function_uuid
+                              else None)

@@ -83,3 +83,48 @@ def test_discovers_syncs_and_shows_inventory(tmp_path):
     finally:
         stop(process)
     assert 'threads only' in (tmp_path / 'state' / 'cyborg.log').read_text()
+
+
+def run_demo(tmp_path, port):
+    output = tmp_path / 'demo.out'
+    with open(output, 'w') as sink:
+        process = subprocess.Popen(
+            [console_script('cyborg-all-in-one'), '--state-dir',
+             str(tmp_path / 'state'), '--port', str(port), '--demo'],
+            stdout=sink, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while 'cyborg-all-in-one: ready' not in output.read_text():
+        assert process.poll() is None, output.read_text()
+        assert time.monotonic() < deadline, output.read_text()
+        time.sleep(0.2)
+    return process, output.read_text()
+
+
+def test_demo_binds_an_arq_and_ctrl_c_stops_everything(tmp_path):
+    port = free_port()
+    url = 'http://127.0.0.1:%d/v2/accelerator_requests' % port
+    process, shown = run_demo(tmp_path, port)
+    try:
+        assert 'Device profile demo-fpga created' in shown
+        bound = re.findall(r'^    ([0-9a-f-]{36}) Bound: TEST_PCI handle '
+                           r'([0-9a-f-]{36}) at 0000:0c:', shown, re.M)
+        assert len(bound) == 1, shown
+        arqs = requests.get(url, timeout=10).json()['arqs']
+        assert [(a['uuid'], a['state'], a['attach_handle_uuid'])
+                for a in arqs] == [(bound[0][0], 'Bound', bound[0][1])]
+    finally:
+        # What Ctrl-C sends.
+        process.send_signal(signal.SIGINT)
+        assert process.wait(15) == 0
+
+    # A second start reuses the profile and binds the demo instance afresh.
+    process, shown = run_demo(tmp_path, port)
+    try:
+        assert 'Device profile demo-fpga exists from an earlier start' in shown
+        again = re.findall(r'^    ([0-9a-f-]{36}) Bound: ', shown, re.M)
+        arqs = requests.get(url, timeout=10).json()['arqs']
+        assert [a['uuid'] for a in arqs] == again
+        assert again != [bound[0][0]]
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(15) == 0

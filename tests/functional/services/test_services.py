@@ -88,7 +88,7 @@ def test_report_stop_and_restart(deployment):
     try:
         assert agent_rpcapi.AgentAPI(transport, timeout=10).ping(
             context, deployment.host) == {
-                'host': deployment.host, 'version': '1.0',
+                'host': deployment.host, 'version': agent_rpcapi.VERSION,
                 'drivers': ['fake_driver', 'pci_driver']}
         answer = conductor_rpcapi.ConductorAPI(
             transport, timeout=10).set_device_status(

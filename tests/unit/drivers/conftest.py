@@ -1,9 +1,14 @@
-"""Recorded hosts written as sysfs trees, and configurations for drivers."""
+"""Recorded hosts written as sysfs trees, configurations for drivers, and
+stand-ins for the vendor tools that program FPGAs."""
+
+import os
+import shlex
 
 from oslo_config import cfg
 import pytest
 
 from cyborg.accelerator.drivers import pci
+from cyborg.conf import fake_driver
 from cyborg.conf import gpu_devices
 from cyborg.conf import intel_nic
 from cyborg.conf import pci as pci_conf
@@ -44,7 +49,7 @@ def make_driver_conf(options=None):
     """
     overrides = dict(options or {})
     conf = cfg.ConfigOpts()
-    for module in (pci_conf, gpu_devices, intel_nic):
+    for module in (pci_conf, gpu_devices, intel_nic, fake_driver):
         module.register_opts(conf)
     conf([], project='cyborg', default_config_files=[])
     types = overrides.pop(('gpu_devices', 'enabled_vgpu_types'), None)
@@ -70,3 +75,60 @@ def discover(host_tree):
         return driver.discover()
     return run
 
+
+
+class FakeTool:
+    """A vendor tool that cannot run here, as a script first on PATH.
+
+    It records its arguments (one per line) and the bytes of the file
+    named by its last argument, runs ``extra`` (shell), writes ``stderr``
+    and exits with ``status``.
+    """
+
+    def __init__(self, directory, name):
+        self.argv_file = directory / (name + '.argv')
+        self.input_file = directory / (name + '.input')
+
+    @property
+    def ran(self):
+        return self.argv_file.exists()
+
+    @property
+    def argv(self):
+        return self.argv_file.read_text().splitlines()
+
+    @property
+    def input(self):
+        return self.input_file.read_bytes()
+
+
+@pytest.fixture
+def fake_tool(tmp_path, monkeypatch):
+    """fake_tool(name, status=0, stderr='', extra='') -> FakeTool.
+
+    PATH holds only the tools installed this way (and what /bin:/usr/bin
+    hold for the scripts themselves).
+    """
+    bindir = tmp_path / 'fake-tools'
+    bindir.mkdir()
+    monkeypatch.setenv('PATH', os.pathsep.join([str(bindir), '/usr/bin',
+                                                '/bin']))
+
+    def install(name, status=0, stderr='', extra=''):
+        tool = FakeTool(tmp_path, name)
+        script = bindir / name
+        script.write_text(
+            '#!/bin/sh\n'
+            'printf "%%s\\n" "$@" > %(argv)s\n'
+            'for last in "$@"; do :; done\n'
+            'cat "$last" > %(input)s 2>/dev/null\n'
+            '%(extra)s\n'
+            'printf "%%s" %(stderr)s >&2\n'
+            'exit %(status)d\n'
+            % {'argv': shlex.quote(str(tool.argv_file)),
+               'input': shlex.quote(str(tool.input_file)),
+               'extra': extra, 'stderr': shlex.quote(stderr),
+               'status': status})
+        script.chmod(0o755)
+        return tool
+    return install

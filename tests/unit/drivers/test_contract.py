@@ -1,7 +1,9 @@
 """The driver contract: entry points, loading, defaults, the fake driver."""
 
 import importlib.metadata
+import time
 
+from oslo_config import cfg
 import pytest
 from stevedore import extension
 
@@ -111,6 +113,63 @@ def test_fake_driver_programs_an_existing_bitstream(driver_conf, tmp_path):
     driver.program(device, bitstream)
     with pytest.raises(base.DriverError, match='No bitstream'):
         driver.program(device, tmp_path / 'missing.bin')
+
+
+FUNCTION_UUID = '5a4c3e2f-1b0d-4f9e-8a7b-6c5d4e3f2a1b'
+FUNCTION_TRAIT = 'CUSTOM_FPGA_FUNCTION_ID_5A4C3E2F1B0D4F9E8A7B6C5D4E3F2A1B'
+
+
+def test_fake_driver_reports_the_function_it_was_programmed_with(
+        driver_conf, tmp_path):
+    driver = fake.FakeDriver(driver_conf(), pci.PCIReader(str(tmp_path)))
+    [before] = driver.discover()
+    bitstream = tmp_path / 'image.bin'
+    bitstream.write_bytes(b'\x00')
+    driver.program(before, bitstream, {'function_uuid': FUNCTION_UUID,
+                                       'bs-name': 'gzip'})
+    [after] = driver.discover()
+    [deployable] = after.deployables
+    assert deployable.traits == [fake.TRAIT, FUNCTION_TRAIT]
+    assert deployable.attributes == {
+        'region_uuid': fake.REGION_UUID,
+        'function_uuid': '5a4c3e2f1b0d4f9e8a7b6c5d4e3f2a1b'}
+    # Everything else is the inventory of before.
+    deployable.traits = [fake.TRAIT]
+    deployable.attributes = {'region_uuid': fake.REGION_UUID}
+    assert after == before
+    # A bitstream without a function leaves none loaded; another
+    # instance (an agent that restarted) has none either.
+    driver.program(after, bitstream, {'bs-name': 'blank'})
+    assert driver.discover() == [before]
+    driver.program(after, bitstream, {'function_uuid': FUNCTION_UUID})
+    assert fake.FakeDriver(driver_conf(), pci.PCIReader('/')).discover() == [
+        before]
+
+
+def test_fake_driver_takes_program_seconds(driver_conf, tmp_path):
+    driver = fake.FakeDriver(
+        driver_conf({('fake_driver', 'program_seconds'): 0.3}),
+        pci.PCIReader(str(tmp_path)))
+    bitstream = tmp_path / 'image.bin'
+    bitstream.write_bytes(b'\x00')
+    started = time.monotonic()
+    driver.program(driver.discover()[0], bitstream,
+                   {'function_uuid': FUNCTION_UUID})
+    assert time.monotonic() - started >= 0.3
+    assert FUNCTION_TRAIT in driver.discover()[0].deployables[0].traits
+
+
+def test_fake_driver_needs_no_configuration():
+    driver = fake.FakeDriver(None, None)
+    assert driver.program_seconds == 0
+    assert driver.discover()[0].deployables[0].traits == [fake.TRAIT]
+
+
+def test_fake_driver_registers_its_options():
+    conf = cfg.ConfigOpts()
+    conf([], project='cyborg', default_config_files=[])
+    assert fake.FakeDriver(conf, pci.PCIReader('/')).program_seconds == 0
+    assert conf.fake_driver.program_seconds == 0
 
 
 def test_non_fpga_drivers_refuse_to_program(driver_conf, tmp_path):

@@ -1,4 +1,12 @@
-"""FPGA drivers on the FPGA host: Intel PAC, Xilinx Alveo, Inspur."""
+"""FPGA drivers on the FPGA host: Intel PAC, Xilinx Alveo, Inspur.
+
+Programming runs the vendor's tool, which is a recording stand-in here
+(``fake_tool``): the tests check what it was asked to do and how its
+failures are reported.
+"""
+
+import glob
+import os
 
 import pytest
 
@@ -7,6 +15,7 @@ from cyborg.accelerator.drivers import pci
 from cyborg.accelerator.drivers.fpga import inspur
 from cyborg.accelerator.drivers.fpga import intel
 from cyborg.accelerator.drivers.fpga import xilinx
+from cyborg.objects import inventory
 from tests.unit.drivers.inventory_view import by_controlpath
 from tests.unit.drivers.inventory_view import handle_addresses
 
@@ -91,9 +100,130 @@ def test_fpga_drivers_find_nothing_on_other_hosts(discover, driver_class):
     assert discover(driver_class, 'io') == []
 
 
-def test_programming_is_not_offered_yet(driver_conf, host_tree, tmp_path):
-    driver = intel.IntelFPGADriver(driver_conf(),
-                                   pci.PCIReader(host_tree('fpga')))
-    device = driver.discover()[0]
-    with pytest.raises(base.OperationNotSupported):
-        driver.program(device, tmp_path / 'bitstream.gbs')
+def fpga_host_devices(driver_class, driver_conf, root):
+    driver = driver_class(driver_conf(), pci.PCIReader(root))
+    return driver, by_controlpath(driver.discover())
+
+
+@pytest.fixture
+def gbs(tmp_path):
+    path = tmp_path / 'nlb_mode_0.gbs'
+    path.write_bytes(b'GBS\x00green bitstream')
+    return path
+
+
+def test_intel_program_runs_fpgaconf_on_the_card(driver_conf, host_tree,
+                                                 fake_tool, gbs):
+    fpgaconf = fake_tool('fpgaconf')
+    driver, devices = fpga_host_devices(intel.IntelFPGADriver, driver_conf,
+                                        host_tree('fpga'))
+    driver.program(devices['0000:13:00.0'], gbs,
+                   {'function_uuid': PAC_AFU, 'bs-name': 'nlb0'})
+    assert fpgaconf.argv == ['--bus', '0x13', '--device', '0x00',
+                             '--function', '0x0', str(gbs)]
+    assert fpgaconf.input == gbs.read_bytes()
+
+
+def test_fpgaconf_names_the_segment_only_when_it_is_not_0():
+    assert intel.fpgaconf_command(
+        inventory.PCIAddress('0001', 'af', '00', '0'), '/tmp/x.gbs') == [
+            'fpgaconf', '--segment', '0x0001', '--bus', '0xaf',
+            '--device', '0x00', '--function', '0x0', '/tmp/x.gbs']
+
+
+def test_intel_program_loads_the_function_that_discovery_reports(
+        driver_conf, fresh_host_tree, fake_tool, gbs):
+    # The stand-in writes the port's AFU id as the card would.
+    root = fresh_host_tree('fpga')
+    [afu_id_file] = glob.glob(os.path.join(
+        root, 'sys/bus/pci/devices/0000:9a:00.0/dfl-port.*/afu_id'))
+    function = '0f1e2d3c4b5a69788796a5b4c3d2e1f0'
+    fake_tool('fpgaconf', extra='echo %s > %s' % (function, afu_id_file))
+    driver, devices = fpga_host_devices(intel.IntelFPGADriver, driver_conf,
+                                        root)
+    assert 'function_uuid' not in devices['0000:9a:00.0'].deployables[
+        0].attributes
+    driver.program(devices['0000:9a:00.0'], gbs, {'function_uuid': function})
+    [deployable] = by_controlpath(driver.discover())[
+        '0000:9a:00.0'].deployables
+    assert 'CUSTOM_FPGA_FUNCTION_ID_' + function.upper() in deployable.traits
+    assert deployable.attributes['function_uuid'] == function
+
+
+def test_intel_program_failure_quotes_fpgaconf(driver_conf, host_tree,
+                                               fake_tool, gbs):
+    fake_tool('fpgaconf', status=4, stderr='No suitable slots found.')
+    driver, devices = fpga_host_devices(intel.IntelFPGADriver, driver_conf,
+                                        host_tree('fpga'))
+    with pytest.raises(base.DriverError) as caught:
+        driver.program(devices['0000:13:00.0'], gbs)
+    message = caught.value.message
+    assert 'Intel FPGA 0000:13:00.0' in message
+    assert 'fpgaconf --bus 0x13' in message
+    assert 'exited with status 4: No suitable slots found.' in message
+
+
+def test_intel_card_without_region_is_not_programmed(driver_conf, host_tree,
+                                                     fake_tool, gbs):
+    fpgaconf = fake_tool('fpgaconf')
+    driver, devices = fpga_host_devices(intel.IntelFPGADriver, driver_conf,
+                                        host_tree('fpga'))
+    with pytest.raises(base.DriverError, match='no FPGA region'):
+        driver.program(devices['0000:86:00.0'], gbs)
+    assert not fpgaconf.ran
+
+
+def test_missing_tool_is_named(driver_conf, host_tree, tmp_path,
+                               monkeypatch, gbs):
+    monkeypatch.setenv('PATH', str(tmp_path))
+    driver, devices = fpga_host_devices(intel.IntelFPGADriver, driver_conf,
+                                        host_tree('fpga'))
+    with pytest.raises(base.DriverError,
+                       match='fpgaconf is not installed'):
+        driver.program(devices['0000:13:00.0'], gbs)
+
+
+def test_xilinx_program_loads_the_user_partition(driver_conf, host_tree,
+                                                 fake_tool, tmp_path):
+    xbmgmt = fake_tool('xbmgmt')
+    xclbin = tmp_path / 'vadd.xclbin'
+    xclbin.write_bytes(b'xclbin2\x00')
+    driver, devices = fpga_host_devices(xilinx.XilinxFPGADriver,
+                                        driver_conf, host_tree('fpga'))
+    driver.program(devices['0000:d8:00.0'], xclbin, {})
+    # The management function, not the user function the VM gets.
+    assert xbmgmt.argv == ['program', '--device', '0000:d8:00.0',
+                           '--user', str(xclbin)]
+    assert xbmgmt.input == b'xclbin2\x00'
+
+
+def test_xilinx_program_failure_quotes_xbmgmt(driver_conf, host_tree,
+                                              fake_tool, gbs):
+    fake_tool('xbmgmt', status=1,
+              stderr='ERROR: xclbin is not compatible with the shell\n')
+    driver, devices = fpga_host_devices(xilinx.XilinxFPGADriver,
+                                        driver_conf, host_tree('fpga'))
+    with pytest.raises(base.DriverError,
+                       match=r'xbmgmt program --device 0000:d8:00.0 --user '
+                             r'.* exited with status 1: ERROR: xclbin is '
+                             r'not compatible'):
+        driver.program(devices['0000:d8:00.0'], gbs)
+
+
+def test_xilinx_factory_image_is_not_programmed(driver_conf, host_tree,
+                                                fake_tool, gbs):
+    xbmgmt = fake_tool('xbmgmt')
+    driver, devices = fpga_host_devices(xilinx.XilinxFPGADriver,
+                                        driver_conf, host_tree('fpga'))
+    with pytest.raises(base.DriverError, match='factory image'):
+        driver.program(devices['0000:65:00.0'], gbs)
+    assert not xbmgmt.ran
+
+
+def test_inspur_refuses_to_program(driver_conf, host_tree, gbs):
+    driver = inspur.InspurFPGADriver(driver_conf(),
+                                     pci.PCIReader(host_tree('mixed')))
+    [card] = driver.discover()
+    with pytest.raises(base.OperationNotSupported,
+                       match='cannot program FPGA 0000:6f:00.0'):
+        driver.program(card, gbs, {})

@@ -5,6 +5,10 @@ SSDs share the vendor and belong to inspur_nvme_ssd_driver). One
 deployable ``fpga_<address>``, resource class ``FPGA``; attach handles are
 the VFs when SR-IOV is on, else the card. Traits ``CUSTOM_FPGA_INSPUR``
 and ``CUSTOM_FPGA_PRODUCT_ID_<id>``.
+
+Programming is refused: Inspur documents no tool for loading a bitstream
+from the host, so binding a device profile that asks for one fails
+clearly rather than binding an FPGA that holds something else.
 """
 
 from cyborg.accelerator.drivers import base
@@ -43,3 +47,9 @@ class InspurFPGADriver(base.AcceleratorDriver):
                 attach_handles=handles)
             devices.append(base.pci_device('FPGA', card, [deployable]))
         return devices
+
+    def program(self, device, bitstream, metadata=None):
+        raise base.OperationNotSupported(
+            'Driver %s cannot program FPGA %s: no programming tool is known '
+            'for Inspur cards' % (self.name, inventory.PCIAddress(
+                **device.controlpath_info)))

@@ -13,6 +13,16 @@ Traits: ``CUSTOM_FPGA_INTEL``, ``CUSTOM_FPGA_PRODUCT_ID_<id>``,
 ``CUSTOM_FPGA_FUNCTION_ID_<afu id>`` for each function loaded; the same ids
 as the attributes ``region_uuid`` and ``function_uuid`` (comma-separated
 when several ports hold functions).
+
+Programming loads a green bitstream (GBS) into the card's port with OPAE's
+``fpgaconf``, the card chosen by its PCI address::
+
+    fpgaconf --bus 0x13 --device 0x00 --function 0x0 <file>.gbs
+
+(``--segment`` too, for a PCI domain other than 0: older OPAE releases do
+not know the option). ``fpgaconf`` checks that the bitstream was built for
+the card's region; the function it loads shows as the port's AFU id at the
+next discovery. See ``fpga/tool.py`` for the user it runs as.
 """
 
 import logging
@@ -20,6 +30,7 @@ import logging
 from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers import pci
 from cyborg.accelerator.drivers import traits
+from cyborg.accelerator.drivers.fpga import tool
 from cyborg.objects import inventory
 
 LOG = logging.getLogger(__name__)
@@ -81,3 +92,25 @@ class IntelFPGADriver(base.AcceleratorDriver):
             attributes=attributes)
         return base.pci_device('FPGA', card, [deployable],
                                fpga_region=region.name)
+
+    bitstream_suffix = '.gbs'
+
+    def program(self, device, bitstream, metadata=None):
+        address = inventory.PCIAddress(**device.controlpath_info)
+        if not device.deployables:
+            raise base.DriverError(
+                'Cannot program Intel FPGA %s: the kernel shows no FPGA '
+                'region for it (is its OPAE or DFL driver loaded?)'
+                % address)
+        tool.run(fpgaconf_command(address, bitstream), 'Intel FPGA %s'
+                 % address)
+
+
+def fpgaconf_command(address, bitstream):
+    argv = ['fpgaconf']
+    if int(address.domain, 16):
+        argv += ['--segment', '0x' + address.domain]
+    return argv + ['--bus', '0x' + address.bus,
+                   '--device', '0x' + address.device,
+                   '--function', '0x' + address.function,
+                   str(bitstream)]

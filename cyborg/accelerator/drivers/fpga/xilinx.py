@@ -9,11 +9,22 @@ is flashed.
 One deployable ``fpga_<management address>``, resource class ``FPGA``,
 one PCI attach handle (the user function). Traits ``CUSTOM_FPGA_XILINX``
 and ``CUSTOM_FPGA_PRODUCT_ID_<management id>``.
+
+Programming loads an xclbin into the user partition with XRT's
+``xbmgmt`` (the commands of XRT 2021.1 and later), addressed by the
+management function::
+
+    xbmgmt program --device 0000:d8:00.0 --user <file>.xclbin
+
+A card that runs its factory image has no user partition to load into:
+flashing a shell is an operator's job, not a bind's. See ``fpga/tool.py``
+for the user the tool runs as.
 """
 
 from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers import pci
 from cyborg.accelerator.drivers import traits
+from cyborg.accelerator.drivers.fpga import tool
 from cyborg.objects import inventory
 
 VENDOR_ID = '10ee'
@@ -62,3 +73,15 @@ class XilinxFPGADriver(base.AcceleratorDriver):
             attach_handles=[base.pci_attach_handle(user.address)])
         return base.pci_device('FPGA', mgmt, [deployable],
                                user_function=str(user.address))
+
+    bitstream_suffix = '.xclbin'
+
+    def program(self, device, bitstream, metadata=None):
+        address = inventory.PCIAddress(**device.controlpath_info)
+        if not device.deployables:
+            raise base.DriverError(
+                'Cannot program Xilinx FPGA %s: it runs its factory image '
+                'and has no user partition until a shell is flashed'
+                % address)
+        tool.run(['xbmgmt', 'program', '--device', str(address),
+                  '--user', str(bitstream)], 'Xilinx FPGA %s' % address)
