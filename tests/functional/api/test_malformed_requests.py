@@ -20,10 +20,13 @@ DP = '/v2/device_profiles'
 DEV = '/v2/devices'
 DEP = '/v2/deployables'
 ATTR = '/v2/attributes'
+ARQ = '/v2/accelerator_requests'
 # The inventory rows of the module's database get these uuids.
 DEVICE = 'de000000-0000-4000-8000-000000000001'
 DEPLOYABLE = 'de000000-0000-4000-8000-000000000002'
 ATTRIBUTE = 'de000000-0000-4000-8000-000000000003'
+ARQ_UUID = 'de000000-0000-4000-8000-000000000004'
+INSTANCE = 'de000000-0000-4000-8000-000000000005'
 UNKNOWN = '7a0b1c2d-0000-4000-8000-000000000000'
 IMAGE = '5b7d2b0a-1e4c-4a7e-9d0c-2a8c0b7f3e11'
 GOOD_GROUP = {'resources:FPGA': '1', 'trait:CUSTOM_FAKE_DEVICE': 'required'}
@@ -64,6 +67,23 @@ def attribute(**changes):
     body = {'deployable_id': DEPLOYABLE, 'key': 'colour', 'value': 'blue'}
     body.update(changes)
     return {k: v for k, v in body.items() if v is not _DROP}
+
+
+def bind(*drop, **values):
+    """A bind of the module's ARQ: the three ops, less ``drop``, with
+    ``values`` changed (_DROP leaves an op's value out)."""
+    fields = {'hostname': 'host1', 'device_rp_uuid': UNKNOWN,
+              'instance_uuid': INSTANCE}
+    fields.update(values)
+    ops = []
+    for name, value in fields.items():
+        if name in drop:
+            continue
+        op = {'op': 'add', 'path': '/' + name, 'value': value}
+        if value is _DROP:
+            del op['value']
+        ops.append(op)
+    return {ARQ_UUID: ops}
 
 
 _DROP = object()
@@ -364,6 +384,96 @@ CASES = [
     ('attribute-delete-all', 'DELETE', ATTR, None, {}, 405, 'DELETE'),
     ('attribute-patch', 'PATCH', ATTR + '/' + ATTRIBUTE, [], {}, 405,
      'PATCH'),
+    # Accelerator requests: creating.
+    ('arq-not-json', 'POST', ARQ, b'{"device_profile_name"', {}, 400,
+     'JSON'),
+    ('arq-body-array', 'POST', ARQ, [{'device_profile_name': 'existing'}],
+     {}, 400, 'object'),
+    ('arq-name-number', 'POST', ARQ, {'device_profile_name': 5}, {}, 400,
+     'device_profile_name'),
+    ('arq-name-empty', 'POST', ARQ, {'device_profile_name': ''}, {}, 404,
+     'device_profile_name'),
+    ('arq-name-missing', 'POST', ARQ, {}, {}, 404, 'device_profile_name'),
+    ('arq-name-unknown', 'POST', ARQ, {'device_profile_name': 'ghost'}, {},
+     404, 'ghost'),
+    ('arq-group-word', 'POST', ARQ,
+     {'device_profile_name': 'existing', 'device_profile_group_id': 'x'},
+     {}, 400, 'device_profile_group_id'),
+    ('arq-group-bool', 'POST', ARQ,
+     {'device_profile_name': 'existing', 'device_profile_group_id': True},
+     {}, 400, 'device_profile_group_id'),
+    # Reading.
+    ('arq-instance-bad', 'GET', ARQ + '?instance=vm1', None, {}, 400,
+     'instance'),
+    ('arq-bind-state-bad', 'GET', ARQ + '?bind_state=bound', None, {}, 400,
+     'bind_state'),
+    ('arq-limit-zero', 'GET', ARQ + '?limit=0', None, {}, 400, 'limit'),
+    ('arq-get-unknown', 'GET', ARQ + '/' + UNKNOWN, None, {}, 404, UNKNOWN),
+    ('arq-get-not-uuid', 'GET', ARQ + '/arq1', None, {}, 404, 'arq1'),
+    ('arq-put', 'PUT', ARQ, {}, {}, 405, 'PUT'),
+    # Binding and unbinding.
+    ('arq-patch-array', 'PATCH', ARQ, [], {}, 400, 'object'),
+    ('arq-patch-empty', 'PATCH', ARQ, {}, {}, 400, 'object'),
+    ('arq-patch-key-not-uuid', 'PATCH', ARQ, {'arq1': bind()[ARQ_UUID]}, {},
+     400, 'arq1'),
+    ('arq-patch-ops-object', 'PATCH', ARQ, {ARQ_UUID: {}}, {}, 400, 'list'),
+    ('arq-patch-ops-empty', 'PATCH', ARQ, {ARQ_UUID: []}, {}, 400, 'list'),
+    ('arq-patch-op-string', 'PATCH', ARQ, {ARQ_UUID: ['add']}, {}, 400,
+     'object'),
+    ('arq-patch-op-replace', 'PATCH', ARQ, {ARQ_UUID: [
+        {'op': 'replace', 'path': '/hostname', 'value': 'h'}]}, {}, 400,
+     'replace'),
+    ('arq-patch-path-state', 'PATCH', ARQ, {ARQ_UUID: [
+        {'op': 'add', 'path': '/state', 'value': 'Bound'}]}, {}, 400,
+     '/state'),
+    ('arq-patch-mixed', 'PATCH', ARQ, {ARQ_UUID: bind()[ARQ_UUID] + [
+        {'op': 'remove', 'path': '/hostname'}]}, {}, 400, 'not both'),
+    ('arq-patch-no-rp', 'PATCH', ARQ, bind('device_rp_uuid'), {}, 400,
+     '/device_rp_uuid'),
+    ('arq-patch-rp-bad', 'PATCH', ARQ, bind(device_rp_uuid='rp1'), {}, 400,
+     'device_rp_uuid'),
+    ('arq-patch-instance-bad', 'PATCH', ARQ, bind(instance_uuid=7), {}, 400,
+     'instance_uuid'),
+    ('arq-patch-hostname-empty', 'PATCH', ARQ, bind(hostname=''), {}, 400,
+     'hostname'),
+    ('arq-patch-hostname-number', 'PATCH', ARQ, bind(hostname=1), {}, 400,
+     'hostname'),
+    ('arq-patch-no-value', 'PATCH', ARQ, bind(hostname=_DROP), {}, 400,
+     'value'),
+    ('arq-patch-twice', 'PATCH', ARQ, {ARQ_UUID: bind()[ARQ_UUID] + [
+        {'op': 'add', 'path': '/hostname', 'value': 'h2'}]}, {}, 400,
+     'twice'),
+    ('arq-patch-unknown', 'PATCH', ARQ, {UNKNOWN: bind()[ARQ_UUID]}, {},
+     404, UNKNOWN),
+    ('arq-patch-item-other', 'PATCH', ARQ + '/' + ARQ_UUID,
+     {UNKNOWN: bind()[ARQ_UUID]}, {}, 400, UNKNOWN),
+    ('arq-patch-item-not-uuid', 'PATCH', ARQ + '/arq1', bind(), {}, 400,
+     'arq1'),
+    ('arq-patch-project-2.0', 'PATCH', ARQ, {ARQ_UUID: bind()[ARQ_UUID] + [
+        {'op': 'add', 'path': '/project_id', 'value': 'p2'}]}, {}, 406,
+     '2.1'),
+    ('arq-patch-project-empty', 'PATCH', ARQ, {ARQ_UUID: bind()[ARQ_UUID] + [
+        {'op': 'add', 'path': '/project_id', 'value': ''}]},
+     {'OpenStack-API-Version': 'accelerator 2.1'}, 400, 'project_id'),
+    ('arq-unbind-initial', 'PATCH', ARQ, {ARQ_UUID: [
+        {'op': 'remove', 'path': '/hostname'}]}, {}, 409, 'Initial'),
+    # Deleting.
+    ('arq-delete-nothing', 'DELETE', ARQ, None, {}, 400, 'arqs='),
+    ('arq-delete-both', 'DELETE',
+     ARQ + '?arqs=%s&instance=%s' % (ARQ_UUID, INSTANCE), None, {}, 400,
+     'either'),
+    ('arq-delete-arqs-empty', 'DELETE', ARQ + '?arqs=,', None, {}, 400,
+     'arqs='),
+    ('arq-delete-arqs-bad', 'DELETE', ARQ + '?arqs=arq1', None, {}, 400,
+     'arq1'),
+    ('arq-delete-some-unknown', 'DELETE',
+     ARQ + '?arqs=%s,%s' % (ARQ_UUID, UNKNOWN), None, {}, 404, UNKNOWN),
+    ('arq-delete-instance-bad', 'DELETE', ARQ + '?instance=vm1', None, {},
+     400, 'instance'),
+    ('arq-delete-item-unknown', 'DELETE', ARQ + '/' + UNKNOWN, None, {}, 404,
+     UNKNOWN),
+    ('arq-delete-item-not-uuid', 'DELETE', ARQ + '/arq1', None, {}, 404,
+     'arq1'),
 ]
 
 
@@ -375,6 +485,8 @@ def app_and_db(module_db_url):
     # One profile exists, so that deletes naming it next to an unknown
     # name must leave it in place.
     app.post_json(DP, [{'name': 'existing', 'groups': [GOOD_GROUP]}])
+    arq, = app.post_json(ARQ, {'device_profile_name': 'existing'}).json[
+        'arqs']
     # The fake driver's inventory, under uuids the cases can name.
     device, = inventory_rows.add_host(db.engine, 'host1',
                                       inventory_rows.fake_devices())
@@ -383,7 +495,8 @@ def app_and_db(module_db_url):
         for model, old, new in (
                 (models.Device, device.uuid, DEVICE),
                 (models.Deployable, deployable.uuid, DEPLOYABLE),
-                (models.Attribute, deployable.attributes['rc'], ATTRIBUTE)):
+                (models.Attribute, deployable.attributes['rc'], ATTRIBUTE),
+                (models.ExtendedAcceleratorRequest, arq['uuid'], ARQ_UUID)):
             conn.execute(sa.update(model).where(model.uuid == old).values(
                 uuid=new))
     yield app, db

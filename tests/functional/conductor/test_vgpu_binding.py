@@ -1,0 +1,181 @@
+"""A vGPU accelerator request from the API to the mdev on the host.
+
+API, conductor and the agent's endpoint share oslo.messaging's in-process
+transport; the agent runs the NVIDIA driver over a recorded sysfs tree
+whose vGPU types the configuration enables. Binding must create the
+mediated device with the attach handle's UUID, unbinding and deleting
+must remove it, and the handle must be free again afterwards.
+"""
+
+import os
+import time
+import uuid
+
+import pytest
+import sqlalchemy as sa
+import webtest
+
+from cyborg import rpc
+from cyborg.accelerator.drivers import pci
+from cyborg.accelerator.drivers.gpu import nvidia
+from cyborg.agent import manager as agent_manager
+from cyborg.agent import rpcapi as agent_rpcapi
+from cyborg.api import app as api_app
+from cyborg.conductor import binding
+from cyborg.conductor import host_sync
+from cyborg.conductor import manager
+from cyborg.conf import gpu_devices
+from cyborg.db import models
+from cyborg.db.api import device_profiles
+from tests import conductor_rpc
+from tests import inventory_rows
+from tests.unit.agent.test_attach_handles import kernel_creates_mdev
+from tests.unit.agent.test_attach_handles import mdev_type_dir
+from tests.unit.drivers.trees import hosts
+from tests.unit.drivers.trees import sysfs
+
+ARQS = '/v2/accelerator_requests'
+HOST = 'compute1'
+VGPU_TYPE = 'nvidia-472'
+# The A100's three VFs hand out vGPUs of one type.
+VF_ADDRESSES = ['0000:af:00.4', '0000:af:00.5', '0000:af:00.6']
+
+
+@pytest.fixture
+def gpu_root(tmp_path):
+    return str(sysfs.build(str(tmp_path / 'gpu'), hosts.HOSTS['gpu'],
+                           pci_ids=hosts.PCI_IDS))
+
+
+@pytest.fixture
+def stack(conf, db, gpu_root):
+    conf.set_override('host', HOST)
+    conf.set_override('enabled_vgpu_types', [VGPU_TYPE],
+                      group='gpu_devices')
+    gpu_devices.register_dynamic_opts(conf)
+    conf.set_override('device_addresses', VF_ADDRESSES,
+                      group='vgpu_' + VGPU_TYPE)
+    conductor_rpc.use_fake_transport(conf)
+    driver = nvidia.NvidiaGPUDriver(conf, pci.PCIReader(gpu_root))
+    inventory_rows.add_host(db.engine, HOST, driver.discover())
+    transport = rpc.get_transport(conf)
+    agent = agent_manager.AgentManager(
+        conf, [driver], conductor=None, glance=None,
+        candidates=[(HOST, 'the configured host')])
+    agent_server = rpc.get_server(transport, rpc.AGENT_TOPIC, HOST, [agent])
+    agent_server.start()
+    binder = binding.Binder(
+        conf, agent_rpcapi.AgentAPI(transport, timeout=10),
+        owner='conductor-1')
+    endpoint = manager.ConductorManager(host_sync.HostSync(None), binder)
+    try:
+        with conductor_rpc.serving(transport, db, [endpoint]):
+            yield webtest.TestApp(api_app.build_app(conf, db,
+                                                    transport=transport))
+    finally:
+        agent_server.stop()
+        agent_server.wait()
+        transport.cleanup()
+
+
+@pytest.fixture
+def vgpu_rp(db):
+    with db.engine.connect() as conn:
+        return conn.execute(sa.select(models.Deployable.rp_uuid).where(
+            models.Deployable.resource_class == 'VGPU')).scalar_one()
+
+
+@pytest.fixture
+def profile(admin_context):
+    device_profiles.create_profiles(admin_context, [
+        {'uuid': str(uuid.uuid4()), 'name': 'vgpu', 'description': None,
+         'groups': [{'resources:VGPU': '1'}]}])
+    return 'vgpu'
+
+
+def bind(api, rp, instance):
+    arq, = api.post_json(ARQS, {'device_profile_name': 'vgpu'}).json['arqs']
+    api.patch_json(ARQS, {arq['uuid']: [
+        {'op': 'add', 'path': '/hostname', 'value': HOST},
+        {'op': 'add', 'path': '/device_rp_uuid', 'value': rp},
+        {'op': 'add', 'path': '/instance_uuid', 'value': instance}]})
+    deadline = time.monotonic() + 10
+    while True:
+        got = api.get(ARQS, {'instance': instance, 'bind_state': 'resolved'},
+                      expect_errors=True)
+        if got.status_int == 200:
+            return got.json['arqs'][0]
+        assert got.status_int == 423, got.text
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def mdev_created(gpu_root, bound):
+    """The VF the handle names got the handle's UUID written to its
+    ``create``; the kernel's answer, the mdev directory, is made here."""
+    info = bound['attach_handle_info']
+    parent = '%s:%s:%s.%s' % (info['domain'], info['bus'], info['device'],
+                              info['function'])
+    with open(os.path.join(mdev_type_dir(gpu_root, parent, VGPU_TYPE),
+                           'create')) as f:
+        assert f.read() == bound['attach_handle_uuid']
+    return kernel_creates_mdev(gpu_root, parent, VGPU_TYPE)
+
+
+def handles_in_use(db):
+    with db.engine.connect() as conn:
+        return conn.execute(sa.select(sa.func.count()).where(
+            models.AttachHandle.in_use == sa.true())).scalar_one()
+
+
+def test_bind_creates_the_mdev_and_unbind_removes_it(stack, db, gpu_root,
+                                                     vgpu_rp, profile):
+    api = stack
+    bound = bind(api, vgpu_rp, str(uuid.uuid4()))
+
+    assert bound['state'] == 'Bound'
+    assert bound['attach_handle_type'] == 'MDEV'
+    assert bound['attach_handle_info']['asked_type'] == VGPU_TYPE
+    mdev = mdev_created(gpu_root, bound)
+    assert handles_in_use(db) == 1
+
+    api.patch_json(ARQS + '/' + bound['uuid'], {bound['uuid']: [
+        {'op': 'remove', 'path': '/hostname'}]})
+
+    with open(os.path.join(mdev, 'remove')) as f:
+        assert f.read() == '1'
+    assert api.get(ARQS + '/' + bound['uuid']).json['state'] == 'Unbound'
+    assert handles_in_use(db) == 0
+
+
+def test_delete_by_instance_removes_the_mdev_and_the_request(
+        stack, db, gpu_root, vgpu_rp, profile):
+    api = stack
+    instance = str(uuid.uuid4())
+    bound = bind(api, vgpu_rp, instance)
+    mdev = mdev_created(gpu_root, bound)
+
+    assert api.delete(ARQS, {'instance': instance}).status_int == 204
+
+    with open(os.path.join(mdev, 'remove')) as f:
+        assert f.read() == '1'
+    assert api.get(ARQS).json['arqs'] == []
+    assert handles_in_use(db) == 0
+
+
+def test_a_failed_mdev_creation_fails_the_bind_and_frees_the_handle(
+        stack, db, gpu_root, vgpu_rp, profile):
+    api = stack
+    # The kernel refuses the write (here: the create file is unwritable,
+    # a directory in its place).
+    for address in VF_ADDRESSES:
+        create = os.path.join(mdev_type_dir(gpu_root, address, VGPU_TYPE),
+                              'create')
+        os.remove(create)
+        os.mkdir(create)
+
+    failed = bind(api, vgpu_rp, str(uuid.uuid4()))
+
+    assert failed['state'] == 'BindFailed'
+    assert failed['attach_handle_type'] == ''
+    assert handles_in_use(db) == 0
