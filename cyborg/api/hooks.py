@@ -72,6 +72,7 @@ class RequestHook(hooks.PecanHook):
         request_body.parse_early(request)
         request.context = cyborg_context.RequestContext.from_environ(
             request.environ, db=self.app_state.db)
+        _scope_from_user_token(request)
 
         def authorize(rule, target=None):
             policy.authorize(self.app_state.enforcer, request.context,
@@ -106,6 +107,23 @@ class RequestHook(hooks.PecanHook):
             response.headers['Allow'] = ', '.join(allowed)
         _add_version_headers(request, response)
         return response
+
+
+def _scope_from_user_token(request):
+    """The scope of the caller's own token, whatever else came along.
+
+    keystonemiddleware writes one ``OpenStack-System-Scope`` header for
+    the user token and then again for a service token, so a system-scoped
+    user token sent with Nova's project-scoped service token would look
+    like a project token without a project. The validated token says.
+    """
+    plugin = request.environ.get('keystone.token_auth')
+    user = getattr(plugin, 'user', None)
+    if user is None:
+        return
+    if user.system_scoped:
+        request.context.system_scope = 'all'
+        request.context.project_id = None
 
 
 def _webob_message(e, request):

@@ -69,7 +69,18 @@ def _project_scope(request):
     """None (every project) for callers allowed so, else the caller's."""
     if request.is_allowed('cyborg:arq:all_projects'):
         return None
-    return request.context.project_id
+    return _caller_project(request)
+
+
+def _caller_project(request):
+    # A caller without a project must never fall through to "every
+    # project" (None) or stamp ARQs with none.
+    project = request.context.project_id
+    if not project:
+        raise exception.Forbidden(
+            'Accelerator requests belong to projects; use a '
+            'project-scoped token.', code='cyborg.policy.scope')
+    return project
 
 
 def has_service_token(request):
@@ -267,7 +278,7 @@ class AcceleratorRequestsController(resource.ResourceController):
                 'No device profile is named: device_profile_name is '
                 'missing or empty.', code='cyborg.device_profile.not_found')
         created = db.create_arqs(request.context, name,
-                                 request.context.project_id)
+                                 _caller_project(request))
         pecan.response.status = 201
         base = views.base_url(request)
         return {'arqs': [_view(a, base) for a in created]}

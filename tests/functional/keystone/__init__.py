@@ -1,0 +1,1 @@
+"""The API behind a real Keystone: tenant isolation and service tokens."""
