@@ -13,9 +13,11 @@ gets the cast claims them (``bind_conductor``), then for each:
 4. moves the ARQ to Bound or BindFailed (freeing the handle), with
    Nova's event marked pending in the same transaction.
 
-Then Nova gets one ``os-server-external-events`` call per instance. An
-event Nova did not get stays pending and is sent again by ``recover``,
-which also fails binds that outlived ``[conductor] bind_timeout`` (their
+Then Nova gets one ``os-server-external-events`` call per instance, from
+the conductor that finished the binds. An event Nova did not get stays
+pending; ``recover`` sends it again once it is older than ``[conductor]
+nova_event_retry_after`` (claimed first, so that no two conductors send
+it), fails binds that outlived ``[conductor] bind_timeout`` (their
 conductor died) and finishes deletions left half done. A conductor that
 restarts first resumes the binds it owned.
 """
@@ -75,11 +77,14 @@ class Binder:
             self._bind_all(context, work)
 
     def _bind_all(self, context, work):
-        for item in work:
-            self._bind_one(context, item)
-        self.notify(context, {item['instance_uuid'] for item in work})
+        finished = [self._bind_one(context, item) for item in work]
+        # One call per instance, once all its ARQs of this cast are done.
+        self.notify(context, [f for f in finished if f is not None])
 
     def _bind_one(self, context, item):
+        """Bind one ARQ; (instance, arq uuid, state) if this conductor
+        finished it, None if someone else did (unbind, delete, recovery).
+        """
         started = time.monotonic()
         handle = None
         try:
@@ -88,7 +93,7 @@ class Binder:
         except db.BindLost:
             LOG.info('ARQ %s was unbound or deleted while being bound',
                      item['uuid'])
-            return
+            return None
         except Exception as exc:
             ok = False
             reason = (exc.message if isinstance(exc, exception.CyborgError)
@@ -104,9 +109,13 @@ class Binder:
             self._release_quietly(context, item['hostname'],
                                   deployable['driver_name'], handle,
                                   item['uuid'])
-        else:
+        elif won:
             LOG.warning('ARQ %s of instance %s failed to bind: %s',
                         item['uuid'], item['instance_uuid'], reason)
+        if not won:
+            return None
+        return (item['instance_uuid'], item['uuid'],
+                states.BOUND if ok else states.BIND_FAILED)
 
     def _prepare(self, context, item):
         deployable = db.deployable_for_binding(context,
@@ -186,25 +195,23 @@ class Binder:
 
     # -- Nova ------------------------------------------------------------
 
-    def notify(self, context, instance_uuids=None):
-        """Send Nova the pending events (of these instances); those Nova
-        got are no longer pending."""
-        pending = db.pending_events(context, instance_uuids)
-        if not pending:
+    def notify(self, context, events):
+        """Tell Nova of ``events``, (instance, arq uuid, state) of ARQs
+        this conductor moved to Bound or BindFailed: one call per
+        instance. What Nova got is no longer pending; the rest is sent
+        again by a later recovery pass."""
+        if not events:
             return
         if self.nova is None:
             # No compute service to tell (the single-machine mode).
-            db.events_delivered(context, [arq for _, arq, _ in pending])
+            db.events_delivered(context, [arq for _, arq, _ in events])
             return
         from cyborg.clients import nova as nova_client
-        events = [nova_client.BoundEvent(instance, arq,
-                                         state == states.BOUND)
-                  for instance, arq, state in pending
-                  if state in (states.BOUND, states.BIND_FAILED)]
-        results = self.nova.notify_bound(events) if events else {}
-        delivered = [arq for instance, arq, state in pending
-                     if state not in (states.BOUND, states.BIND_FAILED)
-                     or _delivered(results.get(instance))]
+        results = self.nova.notify_bound(
+            [nova_client.BoundEvent(instance, arq, state == states.BOUND)
+             for instance, arq, state in events])
+        delivered = [arq for instance, arq, _ in events
+                     if _delivered(results.get(instance))]
         if delivered:
             db.events_delivered(context, delivered)
 
@@ -256,20 +263,25 @@ class Binder:
         """Fail binds whose conductor is gone, finish stale deletions and
         resend Nova's pending events. Safe on every conductor at once:
         each step is a compare-and-set."""
-        failed = db.fail_stale_binds(context,
-                                     self.conf.conductor.bind_timeout)
+        conductor = self.conf.conductor
+        failed = db.fail_stale_binds(context, conductor.bind_timeout)
         for arq in failed:
             LOG.warning('ARQ %s of instance %s: bind did not finish within '
                         '%d s; failed', arq['uuid'], arq['instance_uuid'],
-                        self.conf.conductor.bind_timeout)
-        stale = db.stale_deletions(context,
-                                   self.conf.conductor.bind_timeout)
+                        conductor.bind_timeout)
+        self.notify(context, [(a['instance_uuid'], a['uuid'],
+                               states.BIND_FAILED) for a in failed])
+        stale = db.stale_deletions(context, conductor.bind_timeout)
         if stale:
             try:
                 self.finish_deleting(context, stale)
             except BindRefused as exc:
                 LOG.warning('%s', exc.message)
-        self.notify(context)
+        unsent = db.claim_events(context, db.stale_events(
+            context, conductor.nova_event_retry_after))
+        if unsent:
+            LOG.info('Sending Nova %d events again', len(unsent))
+            self.notify(context, unsent)
 
 
 def _delivered(result):

@@ -28,6 +28,13 @@ opts = [
                help='Seconds the conductor waits for an agent to prepare '
                     'or release a device: to create or remove a mediated '
                     'device, or to program an FPGA, which can be slow.'),
+    cfg.IntOpt('nova_event_retry_after',
+               default=60,
+               min=1,
+               help='Seconds after which an accelerator-request-bound event '
+                    'that Nova has not acknowledged is sent again by a '
+                    'recovery pass (its conductor died before sending it, '
+                    'or Nova was unreachable).'),
     cfg.IntOpt('recovery_interval',
                default=30,
                min=1,

@@ -17,6 +17,7 @@ import uuid as uuidlib
 
 from oslo_db import api as oslo_db_api
 import sqlalchemy as sa
+from sqlalchemy import orm
 
 from cyborg import exception
 from cyborg import states
@@ -394,14 +395,42 @@ def _free_handles(session, handle_ids):
 
 # -- Nova's events -------------------------------------------------------
 
-def pending_events(context, instance_uuids=None):
-    """(instance_uuid, arq_uuid, state) of every event Nova has not got."""
+def stale_events(context, older_than_seconds):
+    """Events Nova has not got, pending for longer than
+    ``older_than_seconds`` (their sender died or Nova was down), of
+    instances none of whose ARQs is still being bound: Nova gets an
+    instance's events together. Rows of (instance_uuid, uuid, state,
+    updated_at)."""
+    cutoff = models.utcnow() - datetime.timedelta(
+        seconds=older_than_seconds)
+    other = orm.aliased(ARQ)
+    binding = sa.select(other.id).where(
+        other.instance_uuid == ARQ.instance_uuid,
+        other.state == states.BIND_STARTED)
     with context.db.read_connection(context) as connection:
-        stmt = sa.select(ARQ.instance_uuid, ARQ.uuid, ARQ.state).where(
-            ARQ.nova_event_pending == sa.true()).order_by(ARQ.id)
-        if instance_uuids is not None:
-            stmt = stmt.where(ARQ.instance_uuid.in_(list(instance_uuids)))
+        stmt = sa.select(ARQ.instance_uuid, ARQ.uuid, ARQ.state,
+                         ARQ.updated_at).where(
+            ARQ.nova_event_pending == sa.true(),
+            sa.func.coalesce(ARQ.updated_at, ARQ.created_at) < cutoff,
+            ~binding.exists()).order_by(ARQ.id)
         return [tuple(r) for r in connection.execute(stmt)]
+
+
+def claim_events(context, rows):
+    """Of the stale events ``rows``, those this caller wins the right to
+    send: a compare-and-set on ``updated_at`` per row, so that two
+    conductors' recovery passes never send the same event twice."""
+    claimed = []
+    with context.db.writer(context) as session:
+        for instance, uuid, state, seen in rows:
+            done = session.execute(sa.update(ARQ).where(
+                ARQ.uuid == uuid, ARQ.nova_event_pending == sa.true(),
+                ARQ.updated_at == seen if seen is not None
+                else ARQ.updated_at.is_(None)).values(
+                updated_at=models.utcnow()))
+            if done.rowcount == 1:
+                claimed.append((instance, uuid, state))
+    return claimed
 
 
 def events_delivered(context, arq_uuids):
