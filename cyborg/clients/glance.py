@@ -70,6 +70,8 @@ class GlanceError(exception.CyborgError):
 
 
 class ImageNotFound(GlanceError):
+    # The image a caller named is not there: the caller's mistake.
+    status = 404
     code = 'cyborg.glance.image_not_found'
 
 

@@ -40,10 +40,17 @@ LOG = log.getLogger(__name__)
 NEEDS_AGENT = db.PREPARED_ON_HOST
 
 
-class BindRefused(exception.CyborgError):
-    """Why one ARQ cannot be bound; the ARQ ends BindFailed."""
+class BindRefused(exception.Conflict):
+    """Why a device cannot be bound or programmed now (an ARQ then ends
+    BindFailed)."""
 
     code = 'cyborg.arq.bind_failed'
+
+
+class ProgramRefused(BindRefused):
+    """Why an operator's programming of a deployable is refused."""
+
+    code = 'cyborg.deployable.program_refused'
 
 
 def _same_host(a, b):
@@ -158,27 +165,59 @@ class Binder:
         request = bitstreams.requested(item['group'])
         if request is None:
             return
-        if deployable['device_type'] != 'FPGA':
-            raise BindRefused(
-                'Device profile %s asks for a bitstream, but deployable %s '
-                'is not an FPGA.' % (item['profile_name'], deployable['name']))
-        if self.glance is None:
-            raise BindRefused(
-                'Device profile %s asks for a bitstream, and no image '
-                'service is configured ([glance]).' % item['profile_name'])
+        what = 'Device profile %s asks for a bitstream' % item['profile_name']
+        self._check_programmable(deployable, what, BindRefused)
         facts = bitstreams.FPGAFacts.from_device(deployable,
                                                  deployable['attributes'])
         image = bitstreams.choose_bitstream(self.glance, request, facts)
+        self._program(context, deployable, image, 'ARQ %s' % item['uuid'])
+
+    def program_deployable(self, context, deployable_uuid, image_uuid):
+        """An operator's request: load Glance image ``image_uuid`` into
+        the FPGA deployable, which must have no accelerator in use."""
+        deployable = db.deployable_for_binding(context, uuid=deployable_uuid)
+        if deployable is None:
+            raise exception.NotFound('No deployable with uuid %s exists.'
+                                     % deployable_uuid)
+        self._check_programmable(deployable, 'Programming was asked',
+                                 ProgramRefused)
+        if deployable['handles_in_use']:
+            raise ProgramRefused(
+                'Deployable %s has %d accelerators in use; programming it '
+                'would pull them from under their instances.'
+                % (deployable['name'], deployable['handles_in_use']))
+        image = self.glance.get_bitstream(image_uuid)
+        facts = bitstreams.FPGAFacts.from_device(deployable,
+                                                 deployable['attributes'])
+        reason = bitstreams.mismatch(image, facts)
+        if reason:
+            raise ProgramRefused(
+                'Image %s does not fit deployable %s: it %s.'
+                % (image_uuid, deployable['name'], reason))
+        return self._program(context, deployable, image, 'the operator')
+
+    def _check_programmable(self, deployable, what, error):
+        if deployable['device_type'] != 'FPGA':
+            raise error('%s, but deployable %s is not an FPGA.'
+                        % (what, deployable['name']))
+        if self.glance is None:
+            raise error('%s, but no image service is configured '
+                        '([glance]).' % what)
+
+    def _program(self, context, deployable, image, for_whom):
         controlpath = deployable['controlpath_info']
         if isinstance(controlpath, str):
             controlpath = json.loads(controlpath)
-        LOG.info('Programming %s on %s with image %s for ARQ %s',
+        LOG.info('Programming %s on %s with image %s for %s',
                  deployable['name'], deployable['hostname'], image['id'],
-                 item['uuid'])
-        self.agent.program(context, deployable['hostname'],
-                           deployable['driver_name'], controlpath,
-                           {'image_id': image['id'],
-                            'properties': image['properties']})
+                 for_whom)
+        result = self.agent.program(
+            context, deployable['hostname'], deployable['driver_name'],
+            controlpath, {'image_id': image['id'],
+                          'properties': image['properties']})
+        db.record_bitstream(context, deployable['id'],
+                            image['properties'].get('bs-uuid') or image['id'])
+        return result
 
     def _release_quietly(self, context, host, driver_name, handle,
                          arq_uuid):

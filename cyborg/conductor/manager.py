@@ -81,6 +81,12 @@ class ConductorManager:
     def finish_deleting_arqs(self, context, arq_uuids):
         self.binder.finish_deleting(context, arq_uuids)
 
+    # Every refusal is a CyborgError with a sentence for the operator.
+    @messaging.expected_exceptions(exception.CyborgError, *DATABASE_DOWN)
+    def program_deployable(self, context, deployable_uuid, image_uuid):
+        return self.binder.program_deployable(context, deployable_uuid,
+                                              image_uuid)
+
 
 @contextlib.contextmanager
 def _database_outage(what):

@@ -4,11 +4,12 @@ Version history (bump the minor for additions, keep old calls working):
   1.0 report_host_inventory, set_device_status
   1.1 report_host_inventory takes compute_node_names
   1.2 bind_arqs (cast), unbind_arqs, finish_deleting_arqs
+  1.3 program_deployable
 """
 
 from cyborg import rpc
 
-VERSION = '1.2'
+VERSION = '1.3'
 
 
 class ConductorAPI:
@@ -56,3 +57,12 @@ class ConductorAPI:
         cctxt = self._client.prepare(version='1.2')
         return cctxt.call(context, 'finish_deleting_arqs',
                           arq_uuids=list(arq_uuids))
+
+    def program_deployable(self, context, deployable_uuid, image_uuid,
+                           timeout=None):
+        """Load Glance image ``image_uuid`` into an FPGA deployable that
+        has no accelerator in use; returns the agent's summary."""
+        cctxt = self._client.prepare(version='1.3', timeout=timeout)
+        return cctxt.call(context, 'program_deployable',
+                          deployable_uuid=deployable_uuid,
+                          image_uuid=image_uuid)

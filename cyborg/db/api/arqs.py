@@ -264,13 +264,15 @@ def _bind_work(session, where):
     return work
 
 
-def deployable_for_binding(context, rp_uuid):
-    """The deployable behind a resource provider, with its device and
-    attributes, or None."""
+def deployable_for_binding(context, rp_uuid=None, uuid=None):
+    """The deployable behind a resource provider (or with this uuid), with
+    its device, attributes and the number of its handles in use; None if
+    there is none."""
     with context.db.reader(context) as session:
         row = session.execute(
             sa.select(Deployable.id, Deployable.uuid, Deployable.name,
-                      Deployable.driver_name, Device.hostname,
+                      Deployable.driver_name, Deployable.bitstream_id,
+                      Device.hostname,
                       Device.type.label('device_type'),
                       Device.status.label('device_status'),
                       Device.vendor, Device.model, Device.std_board_info,
@@ -279,14 +281,26 @@ def deployable_for_binding(context, rp_uuid):
             .join(Device, Device.id == Deployable.device_id)
             .outerjoin(models.ControlPathID,
                        models.ControlPathID.device_id == Device.id)
-            .where(Deployable.rp_uuid == rp_uuid).limit(1)).one_or_none()
+            .where(Deployable.rp_uuid == rp_uuid if uuid is None
+                   else Deployable.uuid == uuid).limit(1)).one_or_none()
         if row is None:
             return None
         found = dict(row._mapping)
         found['attributes'] = dict(session.execute(
             sa.select(models.Attribute.key, models.Attribute.value).where(
                 models.Attribute.deployable_id == row.id)).all())
+        found['handles_in_use'] = session.execute(
+            sa.select(sa.func.count()).where(
+                Handle.deployable_id == row.id,
+                Handle.in_use == sa.true())).scalar_one()
     return found
+
+
+def record_bitstream(context, deployable_id, bitstream_id):
+    """What was last loaded into an FPGA deployable (its bs-uuid)."""
+    with context.db.writer(context) as session:
+        session.execute(sa.update(Deployable).where(
+            Deployable.id == deployable_id).values(bitstream_id=bitstream_id))
 
 
 @_retry_on_deadlock

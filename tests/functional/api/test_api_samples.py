@@ -344,7 +344,7 @@ def test_devices(api, stored, device_conductor):
     check('device-enable-resp.json', enabled.json)
 
 
-def test_deployables(api, stored):
+def test_deployables(api, stored, arq_conductor):
     check('deployables-list-resp.json',
           api.get(DEPLOYABLES, headers=ADMIN, status=200).json)
     uuid = stored.deployables['FakeDevice'].uuid

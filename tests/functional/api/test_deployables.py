@@ -6,8 +6,15 @@ import dataclasses
 import uuid
 
 import pytest
+import webtest
 
+from cyborg import rpc
+from cyborg.api import app as api_app
+from cyborg.conductor import binding
+from cyborg.conductor import host_sync
+from cyborg.conductor import manager
 from cyborg.objects import inventory
+from tests import conductor_rpc
 from tests import inventory_rows
 
 DEPLOYABLES = '/v2/deployables'
@@ -180,22 +187,6 @@ def test_reading_needs_a_project_manager_or_admin(api, stored, headers,
     assert listing.status_int == one.status_int == (200 if allowed else 403)
 
 
-@pytest.mark.parametrize('path', ['/program', '/program/{uuid}'])
-def test_program_is_refused_as_not_available_yet(api, stored, path):
-    fake = stored['fake'].deployables['FakeDevice'].uuid
-    url = DEPLOYABLES + '/' + fake + path.format(uuid=fake)
-
-    response = api.patch_json(url, PROGRAM, expect_errors=True)
-
-    assert response.status_int == 409
-    assert response.json['error_message'] == (
-        'Programming is not available yet for deployable %s: this service '
-        'cannot load bitstreams yet.' % fake)
-    assert response.json['code'] == (
-        'cyborg.deployable.programming_unavailable')
-    assert api.get(DEPLOYABLES + '/' + fake).json['bitstream_id'] is None
-
-
 def test_program_of_an_unknown_deployable_is_404(api, stored):
     missing = str(uuid.uuid4())
 
@@ -206,15 +197,34 @@ def test_program_of_an_unknown_deployable_is_404(api, stored):
     assert missing in response.json['error_message']
 
 
+@pytest.fixture
+def conductor_api(conf, db):
+    """The app with a conductor on the in-process transport; it has no
+    image service, so it refuses to program with a sentence."""
+    conductor_rpc.use_fake_transport(conf)
+    transport = rpc.get_transport(conf)
+    endpoint = manager.ConductorManager(
+        host_sync.HostSync(None), binding.Binder(conf, agent=None))
+    try:
+        with conductor_rpc.serving(transport, db, [endpoint]):
+            yield webtest.TestApp(api_app.build_app(conf, db,
+                                                    transport=transport))
+    finally:
+        transport.cleanup()
+
+
 @pytest.mark.parametrize('headers,allowed', [
     (READER, False), (MEMBER, False), (MANAGER, False), (ADMIN, True)])
-def test_only_admins_may_program(api, stored, headers, allowed):
+def test_only_admins_may_program(conductor_api, stored, headers, allowed):
     fake = stored['fake'].deployables['FakeDevice'].uuid
 
-    response = api.patch_json(DEPLOYABLES + '/%s/program' % fake, PROGRAM,
-                              headers=headers, expect_errors=True)
+    response = conductor_api.patch_json(
+        DEPLOYABLES + '/%s/program' % fake, PROGRAM, headers=headers,
+        expect_errors=True)
 
-    # Allowed gets as far as the answer that programming is not there yet.
+    # Allowed reaches the conductor, which has no Glance to ask.
     assert response.status_int == (409 if allowed else 403)
-    if not allowed:
+    if allowed:
+        assert '[glance]' in response.json['error_message']
+    else:
         assert 'cyborg:deployable:program' in response.json['error_message']

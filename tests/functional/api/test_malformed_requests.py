@@ -322,8 +322,6 @@ CASES = [
      {}, 400, UNKNOWN),
     ('program-unknown-deployable', 'PATCH', DEP + '/%s/program' % UNKNOWN,
      program(), {}, 404, UNKNOWN),
-    ('program-not-available', 'PATCH', PROGRAM, program(), {}, 409,
-     'not available yet'),
     # Attributes.
     ('attribute-not-json', 'POST', ATTR, b'{"key": ', {}, 400, 'JSON'),
     ('attribute-text-plain', 'POST', ATTR, attribute(),

@@ -18,6 +18,7 @@ import pecan
 from cyborg import exception
 from cyborg import states
 from cyborg.api import collection
+from cyborg.api import conductor_calls
 from cyborg.api import expose
 from cyborg.api import request_body
 from cyborg.api import views
@@ -28,11 +29,6 @@ BIND_PATHS = ('/hostname', '/device_rp_uuid', '/instance_uuid')
 PROJECT_PATH = '/project_id'
 PROJECT_FROM_VERSION = (2, 1)
 RESOLVED = 'resolved'
-
-
-class ConductorUnavailable(exception.CyborgError):
-    status = 503
-    code = 'cyborg.conductor_unavailable'
 
 
 def _view(arq, base_url):
@@ -190,21 +186,7 @@ def _binding(uuid, ops):
 # -- the controller ---------------------------------------------------------
 
 def _conductor_call(request, method, *args):
-    import oslo_messaging as messaging  # as late as the transport itself
-    try:
-        return getattr(request.app_state.conductor, method)(
-            request.context, *args)
-    except (messaging.MessagingTimeout, messaging.MessageDeliveryFailure):
-        raise ConductorUnavailable(
-            'The conductor cannot be reached; try again later.') from None
-    except messaging.RemoteError as e:
-        known = {'NotFound': exception.NotFound,
-                 'InvalidTransition': states.InvalidTransition,
-                 'Conflict': exception.Conflict,
-                 'BindRefused': exception.Conflict}.get(e.exc_type)
-        if known is None:
-            raise
-        raise known(e.value) from None
+    return conductor_calls.call(request, method, *args)
 
 
 class AcceleratorRequestsController(resource.ResourceController):
@@ -335,7 +317,7 @@ class AcceleratorRequestsController(resource.ResourceController):
             # Nothing will bind them: fail them now rather than let Nova
             # wait for events that recovery would send much later.
             db.fail_started_binds(request.context, uuids)
-            raise ConductorUnavailable(
+            raise conductor_calls.ConductorUnavailable(
                 'The conductor cannot be reached, so accelerator requests '
                 '%s were not bound; try again later.' % ', '.join(uuids)
             ) from None
@@ -384,6 +366,6 @@ class AcceleratorRequestsController(resource.ResourceController):
             # recovery pass will.
             try:
                 _conductor_call(request, 'finish_deleting_arqs', deferred)
-            except (ConductorUnavailable, exception.Conflict):
+            except (conductor_calls.ConductorUnavailable, exception.Conflict):
                 pass
         pecan.response.status = 204

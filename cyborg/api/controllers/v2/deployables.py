@@ -6,6 +6,7 @@ import pecan
 
 from cyborg import exception
 from cyborg.api import collection
+from cyborg.api import conductor_calls
 from cyborg.api import expose
 from cyborg.api import request_body
 from cyborg.api import views
@@ -14,10 +15,6 @@ from cyborg.db.api import deployables as db
 
 PROGRAM = 'program'
 _PROGRAM_OP_FIELDS = {'path', 'op', 'value'}
-
-
-class ProgrammingUnavailable(exception.Conflict):
-    code = 'cyborg.deployable.programming_unavailable'
 
 
 def _view(deployable, attributes, base_url):
@@ -148,8 +145,14 @@ class DeployablesController(resource.ResourceController):
     def program(self, key, **params):
         request = pecan.request
         request.authorize('cyborg:deployable:program')
-        check_program_patch(request_body.load_json(request))
+        image_uuid = check_program_patch(request_body.load_json(request))
         row, _ = db.get_deployable(request.context, _item_uuid(key))
-        raise ProgrammingUnavailable(
-            'Programming is not available yet for deployable %s: this '
-            'service cannot load bitstreams yet.' % row.uuid)
+        conf = request.app_state.conf
+        conductor_calls.call(
+            request, 'program_deployable', row.uuid, image_uuid,
+            # Programming waits for the agent, which may take minutes.
+            timeout=conf.conductor.agent_timeout + 30,
+            unavailable='The conductor did not answer in time; deployable '
+                        '%s may still be being programmed.' % row.uuid)
+        row, attributes = db.get_deployable(request.context, row.uuid)
+        return _view(row, attributes, views.base_url(request))

@@ -6,6 +6,7 @@ import pecan
 
 from cyborg import exception
 from cyborg.api import collection
+from cyborg.api import conductor_calls
 from cyborg.api import expose
 from cyborg.api import views
 from cyborg.api.controllers import resource
@@ -13,11 +14,6 @@ from cyborg.db.api import devices as db
 
 FILTERS = ('type', 'vendor', 'hostname')
 STATUS_FROM_VERSION = (2, 3)
-
-
-class ConductorUnavailable(exception.CyborgError):
-    status = 503
-    code = 'cyborg.conductor_unavailable'
 
 
 def _view(device, base_url, version):
@@ -46,29 +42,12 @@ def _checked_uuid(key):
                                  code='cyborg.device.not_found') from None
 
 
-# The conductor's exceptions arrive as RemoteError named by class.
-_REMOTE_ERRORS = {cls.__name__: cls for cls in (
-    exception.Invalid, exception.NotFound, exception.Conflict)}
-
-
 def _set_status(request, device_uuid, status):
     """Ask the conductor to move the device to ``status``."""
-    import oslo_messaging as messaging  # as late as the transport itself
-    try:
-        request.app_state.conductor.set_device_status(
-            request.context, device_uuid, status)
-    except messaging.MessagingTimeout:
-        raise ConductorUnavailable(
-            'The conductor did not answer in time; device %s may still '
-            'change to %s.' % (device_uuid, status)) from None
-    except messaging.MessageDeliveryFailure:
-        raise ConductorUnavailable(
-            'The conductor cannot be reached; try again later.') from None
-    except messaging.RemoteError as e:
-        known = _REMOTE_ERRORS.get(e.exc_type)
-        if known is None:
-            raise
-        raise known(e.value) from None
+    conductor_calls.call(
+        request, 'set_device_status', device_uuid, status,
+        unavailable='The conductor did not answer in time; device %s may '
+                    'still change to %s.' % (device_uuid, status))
 
 
 class DevicesController(resource.ResourceController):

@@ -1,0 +1,50 @@
+"""Calling the conductor from a request, with its errors as HTTP ones.
+
+The conductor's exceptions arrive as oslo.messaging RemoteErrors named by
+class; those that mean bad input or a conflict become the API's own, and
+an unreachable conductor is a 503, never a 500.
+"""
+
+from cyborg import exception
+
+
+class ConductorUnavailable(exception.CyborgError):
+    status = 503
+    code = 'cyborg.conductor_unavailable'
+
+
+# Remote class name -> what the caller gets. BindRefused and the
+# programming refusals are conflicts with the state of a device.
+_REMOTE_ERRORS = {
+    'Invalid': exception.Invalid,
+    'NotFound': exception.NotFound,
+    'Conflict': exception.Conflict,
+    'InvalidTransition': exception.Conflict,
+    'BindRefused': exception.Conflict,
+    'ProgramRefused': exception.Conflict,
+    'ImageNotFound': exception.NotFound,
+    'BitstreamNotFound': exception.NotFound,
+}
+
+
+def call(request, method, *args, timeout=None, unavailable=None):
+    """``conductor.<method>(context, *args)``; ``unavailable`` is the
+    sentence for a conductor that does not answer."""
+    import oslo_messaging as messaging  # as late as the transport itself
+    conductor = request.app_state.conductor
+    try:
+        if timeout is not None:
+            return getattr(conductor, method)(request.context, *args,
+                                              timeout=timeout)
+        return getattr(conductor, method)(request.context, *args)
+    except messaging.MessagingTimeout:
+        raise ConductorUnavailable(
+            unavailable or 'The conductor did not answer in time.') from None
+    except messaging.MessageDeliveryFailure:
+        raise ConductorUnavailable(
+            'The conductor cannot be reached; try again later.') from None
+    except messaging.RemoteError as e:
+        known = _REMOTE_ERRORS.get(e.exc_type)
+        if known is None:
+            raise
+        raise known(e.value) from None
