@@ -110,6 +110,7 @@ class Service:
         self._stopping = threading.Event()
         self._cleanups = []
         self._lock = threading.Lock()
+        self._transport = None  # (transport_url, transport) kept on reload
 
     @property
     def stopping(self):
@@ -135,8 +136,27 @@ class Service:
         self.on_stop(task.stop)
         return task
 
-    def stop(self):
-        """Stop every part started so far, the last one first."""
+    def kept_transport(self, conf):
+        """The message transport, kept across a SIGHUP restart.
+
+        Work that a restart does not wait for (a bind waiting minutes for
+        an agent to program an FPGA) still gets its reply on the same
+        transport. It is made again only when ``transport_url`` changed,
+        and cleaned up when the service stops for good.
+        """
+        url = conf.transport_url
+        kept = self._transport
+        if kept is not None and kept[0] != url:
+            kept[1].cleanup()
+            kept = None
+        if kept is None:
+            kept = (url, get_transport(conf))
+            self._transport = kept
+        return kept[1]
+
+    def stop(self, final=True):
+        """Stop every part started so far, the last one first; a restart
+        (``final`` false) keeps the transport."""
         self._stopping.set()
         with self._lock:
             cleanups, self._cleanups = self._cleanups[::-1], []
@@ -146,6 +166,11 @@ class Service:
         for func, args in cleanups:
             _bounded(func, args, '%s: stopping' % self.name,
                      max(0.5, deadline - time.monotonic()))
+        if final and self._transport is not None:
+            _bounded(self._transport[1].cleanup, (),
+                     '%s: stopping' % self.name,
+                     max(0.5, deadline - time.monotonic()))
+            self._transport = None
         LOG.info('%s stopped', self.name)
 
     def sleep(self, seconds):
@@ -322,7 +347,7 @@ def launch(service, conf=None):
         LOG.info('%s: signal %s received', service.name,
                  signal.Signals(signum).name)
         starter.join(STOP_TIMEOUT)
-        service.stop()
+        service.stop(final=signum != signal.SIGHUP)
         if signum != signal.SIGHUP:
             _ok, status = eventlet_status()
             LOG.info('%s exiting; threads only: %s', service.name, status)

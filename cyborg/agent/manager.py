@@ -431,8 +431,7 @@ class AgentService(service.Service):
             return
         transport = self._shared_transport
         if transport is None:
-            transport = service.get_transport(conf)
-            self.on_stop(transport.cleanup)
+            transport = self.kept_transport(conf)
         placement = (self._placement if self._placement is not None
                      else placement_from_conf(conf))
         self.manager = AgentManager(

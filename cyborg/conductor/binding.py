@@ -23,6 +23,7 @@ restarts first resumes the binds it owned.
 """
 
 import json
+import threading
 import time
 
 from oslo_log import log
@@ -53,6 +54,36 @@ class ProgramRefused(BindRefused):
     code = 'cyborg.deployable.program_refused'
 
 
+class _InFlight:
+    """The ARQs whose bind a thread of this process is running.
+
+    Shared by every Binder of the process: a reload builds a new one
+    while the old one's threads may still be binding.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._uuids = set()
+
+    def enter(self, uuids):
+        """Mark those not yet in flight; returns them."""
+        with self._lock:
+            mine = {u for u in uuids if u not in self._uuids}
+            self._uuids |= mine
+        return mine
+
+    def leave(self, uuids):
+        with self._lock:
+            self._uuids -= set(uuids)
+
+    def __contains__(self, uuid):
+        with self._lock:
+            return uuid in self._uuids
+
+
+_IN_FLIGHT = _InFlight()
+
+
 def _same_host(a, b):
     # Nova may name the host by FQDN where the agent used the short name.
     return a == b or (a or '').split('.')[0] == (b or '').split('.')[0]
@@ -67,6 +98,7 @@ class Binder:
         self.nova = nova
         self.glance = glance
         self.owner = owner or conf.host
+        self.stopping = threading.Event()
 
     # -- binding ---------------------------------------------------------
 
@@ -76,15 +108,28 @@ class Binder:
         self._bind_all(context, work)
 
     def resume(self, context):
-        """Finish the binds this conductor owned when it stopped."""
-        work = db.unfinished_binds(context, self.owner)
+        """Finish the binds this conductor owns that no thread of this
+        process is running: left by a crash, or by a stop or reload that
+        did not wait for them. Runs on every recovery pass."""
+        work = [item for item in db.unfinished_binds(context, self.owner)
+                if item['uuid'] not in _IN_FLIGHT]
         if work:
             LOG.info('Resuming %d binds left unfinished by this conductor',
                      len(work))
             self._bind_all(context, work)
 
+    def stop(self):
+        """The service is stopping: a bind that fails from now on is left
+        BindStarted, for the next start to finish, instead of failed."""
+        self.stopping.set()
+
     def _bind_all(self, context, work):
-        finished = [self._bind_one(context, item) for item in work]
+        mine = _IN_FLIGHT.enter([item['uuid'] for item in work])
+        try:
+            finished = [self._bind_one(context, item) for item in work
+                        if item['uuid'] in mine]
+        finally:
+            _IN_FLIGHT.leave(mine)
         # One call per instance, once all its ARQs of this cast are done.
         self.notify(context, [f for f in finished if f is not None])
 
@@ -102,6 +147,11 @@ class Binder:
                      item['uuid'])
             return None
         except Exception as exc:
+            if self.stopping.is_set():
+                LOG.info('ARQ %s: bind interrupted by the service stopping '
+                         '(%s); left for the next start',
+                         item['uuid'], service.describe_error(exc))
+                return None
             ok = False
             reason = (exc.message if isinstance(exc, exception.CyborgError)
                       else service.describe_error(exc))
@@ -110,9 +160,16 @@ class Binder:
             LOG.info('ARQ %s bound to %s handle %s of %s in %.3f s',
                      item['uuid'], handle['attach_type'], handle['uuid'],
                      deployable['name'], time.monotonic() - started)
+        elif ok and db.holds_handle(context, item['id'], handle['id']):
+            # Another bind of this same ARQ finished first (two conductors
+            # under one host name): the device is the ARQ's; keep it.
+            LOG.warning('ARQ %s was bound twice; the other bind finished '
+                        'first', item['uuid'])
         elif ok:
             # Unbound, deleted or failed by another conductor meanwhile:
             # undo what was done on the host.
+            LOG.info('ARQ %s left BindStarted while being bound; releasing '
+                     'its device', item['uuid'])
             self._release_quietly(context, item['hostname'],
                                   deployable['driver_name'], handle,
                                   item['uuid'])
@@ -167,8 +224,8 @@ class Binder:
             return
         what = 'Device profile %s asks for a bitstream' % item['profile_name']
         self._check_programmable(deployable, what, BindRefused)
-        facts = bitstreams.FPGAFacts.from_device(deployable,
-                                                 deployable['attributes'])
+        attributes, _ = db.programming_facts(context, deployable['id'])
+        facts = bitstreams.FPGAFacts.from_device(deployable, attributes)
         image = bitstreams.choose_bitstream(self.glance, request, facts)
         self._program(context, deployable, image, 'ARQ %s' % item['uuid'])
 
@@ -181,14 +238,14 @@ class Binder:
                                      % deployable_uuid)
         self._check_programmable(deployable, 'Programming was asked',
                                  ProgramRefused)
-        if deployable['handles_in_use']:
+        attributes, in_use = db.programming_facts(context, deployable['id'])
+        if in_use:
             raise ProgramRefused(
                 'Deployable %s has %d accelerators in use; programming it '
                 'would pull them from under their instances.'
-                % (deployable['name'], deployable['handles_in_use']))
+                % (deployable['name'], in_use))
         image = self.glance.get_bitstream(image_uuid)
-        facts = bitstreams.FPGAFacts.from_device(deployable,
-                                                 deployable['attributes'])
+        facts = bitstreams.FPGAFacts.from_device(deployable, attributes)
         reason = bitstreams.mismatch(image, facts)
         if reason:
             raise ProgramRefused(

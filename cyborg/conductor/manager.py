@@ -146,8 +146,7 @@ class ConductorService(service.Service):
             return
         transport = self._shared_transport
         if transport is None:
-            transport = service.get_transport(conf)
-            self.on_stop(transport.cleanup)
+            transport = self.kept_transport(conf)
         binder = binding.Binder(
             conf,
             agent_rpcapi.AgentAPI(transport,
@@ -161,6 +160,9 @@ class ConductorService(service.Service):
                                 [self.manager], db=db)
         server.start()
         self.on_stop(service.stop_rpc_server, server)
+        # Runs first on stop: binds cut short from then on stay
+        # BindStarted for the next start instead of failing.
+        self.on_stop(binder.stop)
         context = cyborg_context.admin_context(db)
         # Binds this conductor owned when it last stopped come first; then
         # a periodic pass fails those of conductors that died.
@@ -169,18 +171,16 @@ class ConductorService(service.Service):
 
 
 class _Recovery:
-    """The periodic pass: resume own binds once, then recover."""
+    """The periodic pass: resume this conductor's abandoned binds, then
+    recover what other conductors left."""
 
     def __init__(self, binder, context):
         self.binder = binder
         self.context = context
-        self.resumed = False
 
     def run(self):
         try:
-            if not self.resumed:
-                self.binder.resume(self.context)
-                self.resumed = True
+            self.binder.resume(self.context)
             self.binder.recover(self.context)
         except DATABASE_DOWN as exc:
             LOG.warning('cyborg-conductor: recovery waits for the database: '

@@ -266,8 +266,7 @@ def _bind_work(session, where):
 
 def deployable_for_binding(context, rp_uuid=None, uuid=None):
     """The deployable behind a resource provider (or with this uuid), with
-    its device, attributes and the number of its handles in use; None if
-    there is none."""
+    its device; None if there is none."""
     with context.db.reader(context) as session:
         row = session.execute(
             sa.select(Deployable.id, Deployable.uuid, Deployable.name,
@@ -285,15 +284,21 @@ def deployable_for_binding(context, rp_uuid=None, uuid=None):
                    else Deployable.uuid == uuid).limit(1)).one_or_none()
         if row is None:
             return None
-        found = dict(row._mapping)
-        found['attributes'] = dict(session.execute(
+    return dict(row._mapping)
+
+
+def programming_facts(context, deployable_id):
+    """What programming a deployable needs to know besides its row: its
+    attributes and how many of its handles are in use."""
+    with context.db.reader(context) as session:
+        attributes = dict(session.execute(
             sa.select(models.Attribute.key, models.Attribute.value).where(
-                models.Attribute.deployable_id == row.id)).all())
-        found['handles_in_use'] = session.execute(
+                models.Attribute.deployable_id == deployable_id)).all())
+        in_use = session.execute(
             sa.select(sa.func.count()).where(
-                Handle.deployable_id == row.id,
+                Handle.deployable_id == deployable_id,
                 Handle.in_use == sa.true())).scalar_one()
-    return found
+    return attributes, in_use
 
 
 def record_bitstream(context, deployable_id, bitstream_id):
@@ -319,26 +324,36 @@ def allocate_attach_handle(context, arq_id, deployable_id):
             raise BindLost(arq_id)
         if arq.attach_handle_id is not None:
             return _handle(session, arq.attach_handle_id)
-        free = session.execute(
-            sa.select(Handle.id).where(
+        free = [dict(r._mapping) for r in session.execute(
+            sa.select(Handle.id, Handle.uuid, Handle.attach_type,
+                      Handle.attach_info).where(
                 Handle.deployable_id == deployable_id,
                 Handle.in_use == sa.false()).order_by(Handle.id).limit(
-                _HANDLE_CANDIDATES)).scalars().all()
+                _HANDLE_CANDIDATES))]
         # Contenders start at different handles instead of queueing on
         # the first one.
         random.shuffle(free)
-        for handle_id in free:
+        for handle in free:
             taken = session.execute(
                 sa.update(Handle).where(
-                    Handle.id == handle_id, Handle.in_use == sa.false()
+                    Handle.id == handle['id'], Handle.in_use == sa.false()
                 ).values(in_use=True))
             if taken.rowcount == 1:
                 session.execute(
                     sa.update(ARQ).where(ARQ.id == arq_id).values(
-                        attach_handle_id=handle_id,
+                        attach_handle_id=handle['id'],
                         deployable_id=deployable_id))
-                return _handle(session, handle_id)
+                return handle
         return None
+
+
+def holds_handle(context, arq_id, handle_id):
+    """Whether ARQ ``arq_id`` is Bound to attach handle ``handle_id``."""
+    with context.db.read_connection(context) as connection:
+        return connection.execute(
+            sa.select(ARQ.id).where(
+                ARQ.id == arq_id, ARQ.attach_handle_id == handle_id,
+                ARQ.state == states.BOUND)).first() is not None
 
 
 def _handle(session, handle_id):
