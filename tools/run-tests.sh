@@ -17,8 +17,8 @@ tools/ensure-services.sh
 echo "==> ruff"
 "$VENV/bin/ruff" check cyborg tests tools
 
-echo "==> cyborg-tempest-plugin device profile API tests (real Keystone)"
-CYBORG_VENV="$VENV" tools/tempest/run.sh
+echo "==> cyborg-tempest-plugin API tests, legacy then new policy defaults (real Keystone)"
+CYBORG_VENV="$VENV" POLICY_MODE=${POLICY_MODE:-both} tools/tempest/run.sh
 
 echo "==> pytest"
 "$VENV/bin/pytest" -q -n "${CYBORG_TEST_WORKERS:-2}" tests "$@"

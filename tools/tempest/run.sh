@@ -20,7 +20,7 @@ PLUGIN_VERSION=${PLUGIN_VERSION:-2.8.0}
 DEFAULT_REGEX='^cyborg_tempest_plugin\.tests\.api\.((test_device_profile|test_device_profile_negative|test_accelerator_request|test_accelerator_request_negative|test_device|test_device_negative|test_deployables|test_deployable_negative|test_attributes|test_attribute_negative)\.|test_srbac\..*(arqs?|devices|deployables|attributes|device_profiles)\b)'
 TEMPEST_REGEX=${TEMPEST_REGEX:-$DEFAULT_REGEX}
 TEMPEST_CONCURRENCY=${TEMPEST_CONCURRENCY:-2}
-POLICY_MODE=${POLICY_MODE:-new}          # new | legacy ([oslo_policy] enforce_new_defaults)
+POLICY_MODE=${POLICY_MODE:-new}          # new | legacy | both ([oslo_policy] enforce_new_defaults)
 DB_BACKEND=${DB_BACKEND:-auto}           # auto | mysql | sqlite
 DB_NAME=${DB_NAME:-cyborg_tempest}
 ADMIN_PASS=${ADMIN_PASS:-secretpass}
@@ -36,7 +36,18 @@ VHOST=cyborg-tempest-$$-$(date +%s)
 case $POLICY_MODE in
   new) NEW_DEFAULTS=true ;;
   legacy) NEW_DEFAULTS=false ;;
-  *) echo "POLICY_MODE must be new or legacy" >&2; exit 2 ;;
+  both)
+    # One full run per mode (the service restarts with the other policy
+    # defaults); both must pass.
+    rc=0
+    for mode in legacy new; do
+      POLICY_MODE=$mode "$0" "$@" || rc=1
+    done
+    for mode in legacy new; do
+      grep -h "^\[tempest $mode\]" "$WORK_DIR/summary-$mode.txt" 2>/dev/null || true
+    done
+    exit $rc ;;
+  *) echo "POLICY_MODE must be new, legacy or both" >&2; exit 2 ;;
 esac
 
 RUN_DIR=$WORK_DIR/run
@@ -356,4 +367,7 @@ verdict=0
 "$TEMPEST_VENV/bin/python" "$HERE/summarize.py" <"$WORKSPACE/results.subunit" \
   >"$SUMMARY" || verdict=$?
 head -n -1 "$SUMMARY"
+# The counts line, for POLICY_MODE=both to print both modes at the end.
+grep '^tempest:' "$SUMMARY" | sed "s/^/[tempest $POLICY_MODE] /" \
+  >"$WORK_DIR/summary-$POLICY_MODE.txt" || true
 exit $verdict
