@@ -127,11 +127,13 @@ def sql_counter(db):
 
 
 class ServedAPI:
-    """The API on a real HTTP port of 127.0.0.1, served from a thread."""
+    """The API on a real HTTP port of 127.0.0.1, served from a thread
+    (its RPC on ``transport`` when given, else from the configuration)."""
 
-    def __init__(self, conf, db):
+    def __init__(self, conf, db, transport=None):
         conf.set_override('port', 0, group='api')
-        self.server = api_cmd.make_server(conf, api_app.build_app(conf, db))
+        self.server = api_cmd.make_server(
+            conf, api_app.build_app(conf, db, transport=transport))
         self.server.prepare()
         host, port = self.server.bind_addr[:2]
         self.url = 'http://%s:%d' % (host, port)

@@ -3,10 +3,10 @@
 Glance cannot share the test venv (its pins differ from the service's),
 so it lives in a venv of its own, ``$CYBORG_GLANCE_VENV`` (default
 ``/tmp/cyborg-glance-venv``), installed from PyPI on first use
-(``GLANCE_REQUIREMENTS``; about half a minute, logged) and reused after.
-An exclusive lock on ``<venv>.lock`` keeps parallel test workers from
-installing it twice. The migrated SQLite schema and a policy file are
-built once per venv as well.
+(``GLANCE_REQUIREMENTS``; about half a minute, logged) and reused after
+(``tests.cached_venv``: an exclusive lock on ``<venv>.lock`` keeps
+parallel test workers from installing it twice). The migrated SQLite
+schema and a policy file are built once per venv as well.
 
 Each ``GlanceService`` is one glance-api process (gunicorn, a threaded
 worker) on a port of 127.0.0.1 chosen by the kernel, with
@@ -34,14 +34,12 @@ service for one test, deleting the images the test uploaded when it ends.
 """
 
 import contextlib
-import fcntl
 import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -51,13 +49,13 @@ from keystoneauth1 import session as ks_session
 import pytest
 
 from cyborg.clients import glance as glance_client
+from tests import cached_venv
 
 LOG = logging.getLogger(__name__)
 
 GLANCE_REQUIREMENTS = ('glance==33.0.0', 'gunicorn==27.0.1')
 VENV = os.environ.get('CYBORG_GLANCE_VENV') or '/tmp/cyborg-glance-venv'
 READY = '.cyborg-glance-ready'
-INSTALL_TIMEOUT = 900
 START_TIMEOUT = 60
 
 _API_CONF = """\
@@ -104,32 +102,8 @@ with open(sys.argv[1], 'w') as out:
 """
 
 
-def _run(argv, what, timeout, env=None):
-    result = subprocess.run(argv, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            timeout=timeout, env=env, check=False)
-    if result.returncode:
-        raise RuntimeError('%s failed (exit %d): %s\n%s' % (
-            what, result.returncode, ' '.join(argv), result.stdout[-4000:]))
-    return result.stdout
-
-
-def _clean_env(**extra):
-    env = {key: value for key, value in os.environ.items()
-           if key not in ('PYTHONPATH', 'PYTHONHOME', 'VIRTUAL_ENV')
-           and not key.startswith('OS_')}
-    env.update(extra)
-    return env
-
-
-@contextlib.contextmanager
-def _locked(path):
-    with open(path, 'a') as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+_run = cached_venv.run
+_clean_env = cached_venv.clean_env
 
 
 def _paste_ini(venv):
@@ -143,34 +117,8 @@ def _template_dir(venv):
 def ensure_venv(venv=VENV):
     """Install Glance into ``venv`` unless done; returns the seconds the
     install took (0 when it was there already)."""
-    wanted = '\n'.join(GLANCE_REQUIREMENTS)
-    marker = os.path.join(venv, READY)
-    os.makedirs(os.path.dirname(os.path.abspath(venv)), exist_ok=True)
-    with _locked(venv + '.lock'):
-        try:
-            with open(marker) as existing:
-                if existing.read() == wanted:
-                    return 0.0
-        except FileNotFoundError:
-            pass
-        started = time.monotonic()
-        LOG.warning('Installing %s into %s (once per machine)',
-                    ', '.join(GLANCE_REQUIREMENTS), venv)
-        python = os.path.join(venv, 'bin', 'python')
-        if not os.path.exists(python):
-            _run([sys.executable, '-m', 'venv', venv],
-                 'Creating the Glance venv', 120, env=_clean_env())
-        _run([python, '-m', 'pip', 'install', '--quiet',
-              *GLANCE_REQUIREMENTS], 'Installing Glance', INSTALL_TIMEOUT,
-             env=_clean_env())
-        _build_template(venv)
-        with open(marker, 'w') as out:
-            out.write(wanted)
-        seconds = time.monotonic() - started
-        with open(os.path.join(venv, 'install-seconds'), 'w') as out:
-            out.write('%.1f\n' % seconds)
-        LOG.warning('Installed Glance into %s in %.1f s', venv, seconds)
-        return seconds
+    return cached_venv.ensure(venv, GLANCE_REQUIREMENTS, READY, 'Glance',
+                              prepare=_build_template).total
 
 
 def _build_template(venv):

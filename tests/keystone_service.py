@@ -5,10 +5,11 @@ so it lives in a venv of its own, ``$CYBORG_KEYSTONE_VENV`` (default
 ``/tmp/cyborg-tempest/venvs/keystone``, the venv ``tools/tempest/run.sh``
 installs by default, so a machine installs it once for both), installed
 from PyPI on first use (``KEYSTONE_REQUIREMENTS``; about 40 s, logged) and
-reused after. An exclusive lock on ``<venv>.lock`` keeps parallel test
-workers from installing it twice. A template state directory (migrated
-SQLite database, fernet, receipt and credential keys, ``keystone-manage
-bootstrap`` done) is built once per venv and copied by every service.
+reused after (``tests.cached_venv``: an exclusive lock on ``<venv>.lock``
+keeps parallel test workers from installing it twice). A template state
+directory (migrated SQLite database, fernet, receipt and credential keys,
+``keystone-manage bootstrap`` done) is built once per venv and copied by
+every service.
 
 Each ``KeystoneService`` is one process: Keystone's WSGI application under
 the standard library's single-threaded ``wsgiref`` server (SQLite answers
@@ -42,9 +43,7 @@ Use (in a ``conftest.py``)::
 ``start_seconds`` and ``populate_seconds`` tell what starting it cost.
 """
 
-import contextlib
 import dataclasses
-import fcntl
 import grp
 import logging
 import os
@@ -53,13 +52,14 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 from keystoneauth1 import loading as ks_loading
 from keystoneauth1 import session as ks_session
 from keystoneauth1.identity import v3
 import pytest
+
+from tests import cached_venv
 
 LOG = logging.getLogger(__name__)
 
@@ -69,7 +69,6 @@ VENV = (os.environ.get('CYBORG_KEYSTONE_VENV')
 READY = '.cyborg-keystone-ready'
 # Bump when the template's recipe changes: venvs rebuild their template.
 TEMPLATE_VERSION = '2'
-INSTALL_TIMEOUT = 900
 START_TIMEOUT = 60
 
 DOMAIN = 'default'
@@ -151,35 +150,14 @@ USERS = {
 PROJECTS = ('project-a', 'project-b', 'service')
 
 
-def _run(argv, what, timeout, env=None):
-    result = subprocess.run(argv, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            timeout=timeout, env=env, check=False)
-    if result.returncode:
-        raise RuntimeError('%s failed (exit %d): %s\n%s' % (
-            what, result.returncode, ' '.join(argv), result.stdout[-4000:]))
-    return result.stdout
+_run = cached_venv.run
 
 
 def _clean_env(**extra):
     """This environment less what would steer Keystone's Python or
     configuration elsewhere."""
-    env = {key: value for key, value in os.environ.items()
-           if key not in ('PYTHONPATH', 'PYTHONHOME', 'VIRTUAL_ENV')
-           and not key.startswith('OS_')}
-    env['PYTHONWARNINGS'] = 'ignore'  # eventlet's deprecation, every run
-    env.update(extra)
-    return env
-
-
-@contextlib.contextmanager
-def _locked(path):
-    with open(path, 'a') as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    # eventlet's deprecation, every run
+    return cached_venv.clean_env(**{'PYTHONWARNINGS': 'ignore', **extra})
 
 
 def _template_dir(venv):
@@ -196,34 +174,11 @@ def ensure_venv(venv=VENV):
     Returns ``(install seconds, template seconds)``, zeros when both were
     there already.
     """
-    marker = os.path.join(venv, READY)
-    os.makedirs(os.path.dirname(os.path.abspath(venv)), exist_ok=True)
-    with _locked(venv + '.lock'):
-        try:
-            with open(marker) as existing:
-                if existing.read() == _ready_text():
-                    return 0.0, 0.0
-        except FileNotFoundError:
-            pass
-        started = time.monotonic()
-        python = os.path.join(venv, 'bin', 'python')
-        if not os.path.exists(python):
-            _run([sys.executable, '-m', 'venv', venv],
-                 'Creating the Keystone venv', 120, env=_clean_env())
-        LOG.warning('Installing %s into %s unless there (once per venv)',
-                    ', '.join(KEYSTONE_REQUIREMENTS), venv)
-        # A no-op when tools/tempest/run.sh installed it already.
-        _run([python, '-m', 'pip', 'install', '--quiet',
-              *KEYSTONE_REQUIREMENTS], 'Installing Keystone',
-             INSTALL_TIMEOUT, env=_clean_env())
-        installed = time.monotonic() - started
-        _build_template(venv)
-        templated = time.monotonic() - started - installed
-        with open(marker, 'w') as out:
-            out.write(_ready_text())
-        LOG.warning('Keystone ready in %s: install %.1f s, template %.1f s',
-                    venv, installed, templated)
-        return installed, templated
+    # pip install is a no-op when tools/tempest/run.sh installed it already.
+    took = cached_venv.ensure(venv, KEYSTONE_REQUIREMENTS, READY, 'Keystone',
+                              ready_text=_ready_text(), env=_clean_env(),
+                              prepare=_build_template)
+    return took.install, took.prepare
 
 
 def _keystone_manage(venv, directory, *args):

@@ -36,20 +36,12 @@ import json
 import os
 import pathlib
 import re
-import time
 
 import pytest
-import sqlalchemy as sa
-import webtest
 
-from cyborg import rpc
-from cyborg.api import app as api_app
-from cyborg.conductor import binding
-from cyborg.conductor import host_sync
-from cyborg.conductor import manager
-from cyborg.db import models
-from tests import conductor_rpc
-from tests import inventory_rows
+from tests import arq_stack
+from tests.arq_stack import ARQS
+from tests.arq_stack import BIND_PATHS
 from tests.placement_service import create_compute_node
 from tests.placement_service import placement  # noqa: F401
 from tests.placement_service import placement_schema_template  # noqa: F401
@@ -65,7 +57,6 @@ REWRITE_ALL = _REGENERATE == 'all'
 ENVIRON = {'HTTP_HOST': 'controller', 'SCRIPT_NAME': '/accelerator'}
 
 PROFILES = '/v2/device_profiles'
-ARQS = '/v2/accelerator_requests'
 DEVICES = '/v2/devices'
 DEPLOYABLES = '/v2/deployables'
 ATTRIBUTES = '/v2/attributes'
@@ -90,7 +81,6 @@ NEW_PROFILE = [{
     'groups': [{'resources:FPGA': '1',
                 'trait:CUSTOM_FAKE_DEVICE': 'required'}],
 }]
-BIND_PATHS = ('/hostname', '/device_rp_uuid', '/instance_uuid')
 INSTANCE = '2d1f5f2a-7b1e-4a6c-9d3e-5f0a8b7c6d54'
 OTHER_INSTANCE = '9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d'
 UNKNOWN = 'e3b0c442-98fc-4c14-9afb-f4c8996fb924'
@@ -169,58 +159,38 @@ def _fail(name, old, new, what):
 
 # -- fixtures -----------------------------------------------------------------
 
-@pytest.fixture
-def transport(conf):
-    conductor_rpc.use_fake_transport(conf)
-    transport = rpc.get_transport(conf)
-    yield transport
-    transport.cleanup()
+transport = arq_stack.transport
 
 
 @pytest.fixture
 def api(conf, db, transport):
-    return webtest.TestApp(api_app.build_app(conf, db, transport=transport),
-                           extra_environ=ENVIRON)
+    return arq_stack.webtest_app(conf, db, transport, extra_environ=ENVIRON)
 
 
 @pytest.fixture
 def stored(db):
     """The fake driver's FPGA on ``HOST``, as the conductor stores it."""
-    device, = inventory_rows.add_host(db.engine, HOST,
-                                      inventory_rows.fake_devices())
-    return device
+    return arq_stack.store_fake_fpga(db, HOST)
 
 
 @pytest.fixture
 def rp_uuid(db, stored):
     """The resource provider of the fake FPGA's deployable."""
-    with db.engine.connect() as conn:
-        return conn.execute(sa.select(models.Deployable.rp_uuid).where(
-            models.Deployable.uuid == stored.deployables['FakeDevice'].uuid)
-        ).scalar_one()
-
-
-class NoAgent:
-    """The fake device needs no agent; a call here is a bug."""
-
-    def __getattr__(self, name):
-        raise AssertionError('the agent was asked to %s' % name)
+    return arq_stack.deployable_rp(db, stored)
 
 
 @pytest.fixture
 def arq_conductor(conf, db, transport):
-    binder = binding.Binder(conf, NoAgent(), owner='conductor-1')
-    endpoint = manager.ConductorManager(host_sync.HostSync(None), binder)
-    with conductor_rpc.serving(transport, db, [endpoint]):
-        yield binder
+    with arq_stack.serving_conductor(transport, db,
+                                     arq_stack.binder(conf)) as endpoint:
+        yield endpoint.binder
 
 
 @pytest.fixture
 def device_conductor(db, transport, placement):  # noqa: F811
     create_compute_node(placement.adapter(), HOST)
-    endpoint = manager.ConductorManager(
-        host_sync.HostSync(placement.client()))
-    with conductor_rpc.serving(transport, db, [endpoint]):
+    with arq_stack.serving_conductor(transport, db,
+                                     placement_client=placement.client()):
         yield placement
 
 
@@ -229,23 +199,11 @@ def create_profile(api):
 
 
 def bind_body(arqs, rp, instance):
-    return {arq: [
-        {'op': 'add', 'path': '/hostname', 'value': HOST},
-        {'op': 'add', 'path': '/device_rp_uuid', 'value': rp},
-        {'op': 'add', 'path': '/instance_uuid', 'value': instance}]
-        for arq in arqs}
+    return arq_stack.bind_body(arqs, rp, instance, HOST)
 
 
-def wait_resolved(api, instance, timeout=10):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = api.get(ARQS, {'instance': instance, 'bind_state': 'resolved'},
-                      headers=MEMBER, expect_errors=True)
-        if got.status_int != 423:
-            assert got.status_int == 200, got.text
-            return got
-        assert time.monotonic() < deadline, 'still unresolved'
-        time.sleep(0.02)
+def wait_resolved(api, instance):
+    return arq_stack.resolved_listing(api, instance, headers=MEMBER)
 
 
 # -- the samples --------------------------------------------------------------

@@ -6,28 +6,27 @@ conductor stores a report; binds need no agent for it.
 """
 
 import threading
-import time
 import uuid
 
 import pytest
 import sqlalchemy as sa
-import webtest
 
-from cyborg import rpc
 from cyborg import states
-from cyborg.api import app as api_app
 from cyborg.conductor import binding
-from cyborg.conductor import host_sync
-from cyborg.conductor import manager
 from cyborg.db import models
 from cyborg.db.api import device_profiles
-from tests import conductor_rpc
-from tests import inventory_rows
+from tests import arq_stack
+from tests.arq_stack import ARQS
+from tests.arq_stack import NoAgent
+from tests.arq_stack import bind_body
+from tests.arq_stack import handles_in_use
 
-ARQS = '/v2/accelerator_requests'
-HOST = 'host1'
-GROUPS = [{'resources:FPGA': '2', 'trait:CUSTOM_FAKE_DEVICE': 'required'},
-          {'resources:FPGA': '1'}]
+# The in-process stack's fixtures (``tests.arq_stack``).
+api = arq_stack.api
+conductor = arq_stack.conductor
+fpga_rp = arq_stack.fpga_rp
+profile = arq_stack.profile
+transport = arq_stack.transport
 
 
 def as_role(*roles, project='p1'):
@@ -40,81 +39,13 @@ OTHER_MEMBER = as_role('member', 'reader', project='p2')
 ADMIN = as_role('admin', 'manager', 'member', 'reader', project='p0')
 
 
-@pytest.fixture
-def fpga_rp(db):
-    stored, = inventory_rows.add_host(db.engine, HOST,
-                                      inventory_rows.fake_devices())
-    with db.engine.connect() as conn:
-        return conn.execute(sa.select(models.Deployable.rp_uuid).where(
-            models.Deployable.uuid == stored.deployables['FakeDevice'].uuid)
-        ).scalar_one()
-
-
-@pytest.fixture
-def profile(admin_context):
-    device_profiles.create_profiles(admin_context, [
-        {'uuid': str(uuid.uuid4()), 'name': 'fpga-dp', 'description': None,
-         'groups': GROUPS}])
-    return 'fpga-dp'
-
-
-@pytest.fixture
-def transport(conf):
-    conductor_rpc.use_fake_transport(conf)
-    transport = rpc.get_transport(conf)
-    yield transport
-    transport.cleanup()
-
-
-class NoAgent:
-    """The fake device needs no agent; a call here is a bug."""
-
-    def __getattr__(self, name):
-        raise AssertionError('the agent was asked to %s' % name)
-
-
-@pytest.fixture
-def conductor(conf, db, transport):
-    binder = binding.Binder(conf, NoAgent(), owner='conductor-1')
-    endpoint = manager.ConductorManager(host_sync.HostSync(None), binder)
-    with conductor_rpc.serving(transport, db, [endpoint]):
-        yield binder
-
-
-@pytest.fixture
-def api(conf, db, transport):
-    return webtest.TestApp(api_app.build_app(conf, db, transport=transport))
-
-
 def create(api, name='fpga-dp', headers=MEMBER, **body):
     return api.post_json(ARQS, {'device_profile_name': name, **body},
                          headers=headers, expect_errors=True)
 
 
-def bind_body(arqs, rp, instance, hostname=HOST):
-    return {a['uuid']: [
-        {'op': 'add', 'path': '/hostname', 'value': hostname},
-        {'op': 'add', 'path': '/device_rp_uuid', 'value': rp},
-        {'op': 'add', 'path': '/instance_uuid', 'value': instance}]
-        for a in arqs}
-
-
-def wait_resolved(api, instance, headers=MEMBER, timeout=10):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = api.get(ARQS, {'instance': instance, 'bind_state': 'resolved'},
-                      headers=headers, expect_errors=True)
-        if got.status_int != 423:
-            assert got.status_int == 200, got.text
-            return got.json['arqs']
-        assert time.monotonic() < deadline, 'still unresolved'
-        time.sleep(0.02)
-
-
-def handles_in_use(db):
-    with db.engine.connect() as conn:
-        return conn.execute(sa.select(sa.func.count()).where(
-            models.AttachHandle.in_use == sa.true())).scalar_one()
+def wait_resolved(api, instance, headers=MEMBER):
+    return arq_stack.wait_resolved(api, instance, headers=headers)
 
 
 def test_create_makes_one_arq_per_unit_of_every_group(api, profile):
@@ -225,9 +156,8 @@ def test_resolved_listing_is_423_while_a_bind_runs(api, profile, fpga_rp,
             go.wait(10)
             super().bind(context, arq_uuids)
 
-    endpoint = manager.ConductorManager(
-        host_sync.HostSync(None), SlowBinder(conf, NoAgent()))
-    with conductor_rpc.serving(transport, db, [endpoint]):
+    with arq_stack.serving_conductor(transport, db,
+                                     SlowBinder(conf, NoAgent())):
         arqs = create(api).json['arqs']
         instance = str(uuid.uuid4())
         api.patch_json(ARQS, bind_body(arqs, fpga_rp, instance),

@@ -6,15 +6,10 @@ import dataclasses
 import uuid
 
 import pytest
-import webtest
 
-from cyborg import rpc
-from cyborg.api import app as api_app
 from cyborg.conductor import binding
-from cyborg.conductor import host_sync
-from cyborg.conductor import manager
 from cyborg.objects import inventory
-from tests import conductor_rpc
+from tests import arq_stack
 from tests import inventory_rows
 
 DEPLOYABLES = '/v2/deployables'
@@ -201,16 +196,10 @@ def test_program_of_an_unknown_deployable_is_404(api, stored):
 def conductor_api(conf, db):
     """The app with a conductor on the in-process transport; it has no
     image service, so it refuses to program with a sentence."""
-    conductor_rpc.use_fake_transport(conf)
-    transport = rpc.get_transport(conf)
-    endpoint = manager.ConductorManager(
-        host_sync.HostSync(None), binding.Binder(conf, agent=None))
-    try:
-        with conductor_rpc.serving(transport, db, [endpoint]):
-            yield webtest.TestApp(api_app.build_app(conf, db,
-                                                    transport=transport))
-    finally:
-        transport.cleanup()
+    with arq_stack.fake_transport(conf) as transport, \
+            arq_stack.serving_conductor(transport, db,
+                                        binding.Binder(conf, agent=None)):
+        yield arq_stack.webtest_app(conf, db, transport)
 
 
 @pytest.mark.parametrize('headers,allowed', [

@@ -13,12 +13,10 @@ import pytest
 import sqlalchemy as sa
 import webtest
 
-from cyborg import rpc
 from cyborg.api import app as api_app
-from cyborg.conductor import host_sync
-from cyborg.conductor import manager
 from cyborg.conductor import placement_sync
 from cyborg.db import models
+from tests import arq_stack
 from tests import conductor_rpc
 from tests import inventory_rows
 from tests.placement_service import create_compute_node
@@ -206,27 +204,21 @@ def test_reading_needs_a_project_manager_or_admin(api, hosts, headers,
 # in-process transport; the conductor syncs a real Placement.
 
 
-@pytest.fixture
-def transport(conf):
-    """The in-process transport, with no conductor listening."""
-    conductor_rpc.use_fake_transport(conf)
-    transport = rpc.get_transport(conf)
-    yield transport
-    transport.cleanup()
+# The in-process transport, with no conductor listening.
+transport = arq_stack.transport
 
 
 @pytest.fixture
 def conductor(transport, db, placement):  # noqa: F811
     """The conductor's RPC endpoints, serving on the fake transport."""
-    endpoint = manager.ConductorManager(
-        host_sync.HostSync(placement.client()))
-    with conductor_rpc.serving(transport, db, [endpoint]):
+    with arq_stack.serving_conductor(transport, db,
+                                     placement_client=placement.client()):
         yield placement
 
 
 @pytest.fixture
 def rpc_api(conf, db, transport):
-    return webtest.TestApp(api_app.build_app(conf, db, transport=transport))
+    return arq_stack.webtest_app(conf, db, transport)
 
 
 def fpga_inventory(placement):  # noqa: F811

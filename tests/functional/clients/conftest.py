@@ -1,9 +1,12 @@
 """The API served on a real port for the real client packages.
 
-One database engine is enough here: these tests are about what goes over
-the wire, not about SQL dialects.
+One database engine is enough here (``service``): these tests are about
+what goes over the wire, not about SQL dialects. The ARQ tests, whose
+binds go through a conductor, take ``conductor_service`` on each engine
+instead, with ``nova``, a recorder of the conductor's bind events.
 """
 
+import contextlib
 import io
 import os
 import pathlib
@@ -15,6 +18,7 @@ import pytest
 from cyborg import context as cyborg_context
 from cyborg.db import session
 from cyborg.db.api import device_profiles
+from tests.arq_stack import RecordingNova
 from tests.conftest import ServedAPI
 from tests.conftest import create_schema
 from tests.conftest import make_conf
@@ -99,15 +103,40 @@ def client_db(sqlite_url):
     database.dispose()
 
 
-@pytest.fixture
-def service(client_db):
-    conf, database = client_db
-    served = ServedAPI(conf, database)
+@contextlib.contextmanager
+def serving(conf, db, transport=None):
+    """A ``Service``: the API on a real port, recorded, mounted at / and
+    below MOUNT (its RPC on ``transport`` when given)."""
+    served = ServedAPI(conf, db, transport)
     recorder = Recorder(Mount(served.server.wsgi_app))
     # cheroot looks the application up on every request.
     served.server.wsgi_app = recorder
-    yield Service(served, recorder, database)
-    served.stop()
+    try:
+        yield Service(served, recorder, db)
+    finally:
+        served.stop()
+
+
+@pytest.fixture
+def service(client_db):
+    conf, database = client_db
+    with serving(conf, database) as served:
+        yield served
+
+
+@pytest.fixture
+def nova():
+    """Nova as the conductor's bind events reach it: a recorder."""
+    return RecordingNova()
+
+
+@pytest.fixture
+def conductor_service(conf, db, transport, conductor):
+    """The API on a real port on each engine, casting to the module's
+    ``conductor`` over ``transport``; a module takes it for its
+    ``service`` with ``service = conductor_service``."""
+    with serving(conf, db, transport) as served:
+        yield served
 
 
 @pytest.fixture

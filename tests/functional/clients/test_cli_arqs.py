@@ -9,34 +9,20 @@ recorder of the bind events the conductor sends.
 """
 
 import json
-import threading
 import time
 import uuid
 
 import pytest
 import sqlalchemy as sa
 
-from cyborg import rpc
-from cyborg.api import app as api_app
-from cyborg.clients import nova as nova_client
-from cyborg.conductor import binding
-from cyborg.conductor import host_sync
-from cyborg.conductor import manager
 from cyborg.db import models
-from cyborg.db.api import device_profiles
-from tests import conductor_rpc
-from tests import inventory_rows
-from tests.conftest import ServedAPI
+from tests import arq_stack
+from tests.arq_stack import handles_in_use
 from tests.functional.clients import cli
-from tests.functional.clients.conftest import Mount
-from tests.functional.clients.conftest import Recorder
-from tests.functional.clients.conftest import Service
+from tests.functional.clients.conftest import conductor_service
 
-HOST = 'host1'
+HOST = arq_stack.HOST
 PROFILE = 'cli-arq-dp'
-# Two ARQs for group 0, one for group 1.
-GROUPS = [{'resources:FPGA': '2', 'trait:CUSTOM_FAKE_DEVICE': 'required'},
-          {'resources:FPGA': '1'}]
 # What every `arq show` (and create, bind, unbind) prints, in order.
 SHOW_COLUMNS = ['uuid', 'state', 'device_profile_name', 'hostname',
                 'device_rp_uuid', 'instance_uuid', 'attach_handle_type',
@@ -49,90 +35,25 @@ PCI_ADDRESS = {'domain', 'bus', 'device', 'function'}
 NOAUTH_PROJECT = 'noauth-project'
 
 
-class NoAgent:
-    """The fake device needs no agent; a call here is a bug."""
-
-    def __getattr__(self, name):
-        raise AssertionError('the agent was asked to %s' % name)
-
-
-class RecordingNova:
-    """Takes the conductor's bind events as Nova would (all delivered)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.events = []
-
-    def notify_bound(self, events):
-        with self._lock:
-            self.events.extend(events)
-        return {e.instance_uuid: nova_client.Delivery(delivered=True,
-                                                      attempts=1, status=200)
-                for e in events}
-
-    def wait_for(self, count, timeout=10):
-        """``(instance, arq, ok)`` of the events, once there are ``count``:
-        the conductor tells Nova just after it stored the result."""
-        deadline = time.monotonic() + timeout
-        while True:
-            with self._lock:
-                seen = [(e.instance_uuid, e.arq_uuid, e.ok)
-                        for e in self.events]
-            if len(seen) >= count:
-                return sorted(seen)
-            assert time.monotonic() < deadline, seen
-            time.sleep(0.05)
-
-
-@pytest.fixture
-def transport(conf):
-    conductor_rpc.use_fake_transport(conf)
-    transport = rpc.get_transport(conf)
-    yield transport
-    transport.cleanup()
-
-
-@pytest.fixture
-def nova():
-    return RecordingNova()
+fpga_rp = arq_stack.fpga_rp  # the fake FPGA of HOST
+transport = arq_stack.transport
 
 
 @pytest.fixture
 def conductor(conf, db, transport, nova):
-    binder = binding.Binder(conf, NoAgent(), nova=nova, owner='conductor-1')
-    endpoint = manager.ConductorManager(host_sync.HostSync(None), binder)
-    with conductor_rpc.serving(transport, db, [endpoint]):
-        yield binder
+    with arq_stack.serving_conductor(
+            transport, db, arq_stack.binder(conf, nova=nova)) as endpoint:
+        yield endpoint.binder
 
 
-@pytest.fixture
-def service(conf, db, transport, conductor):
-    """The API on a real port, casting binds to ``conductor``."""
-    served = ServedAPI(conf, db)
-    recorder = Recorder(Mount(api_app.build_app(conf, db,
-                                                transport=transport)))
-    # cheroot looks the application up on every request.
-    served.server.wsgi_app = recorder
-    yield Service(served, recorder, db)
-    served.stop()
-
-
-@pytest.fixture
-def fpga_rp(db):
-    stored, = inventory_rows.add_host(db.engine, HOST,
-                                      inventory_rows.fake_devices())
-    with db.engine.connect() as conn:
-        return conn.execute(sa.select(models.Deployable.rp_uuid).where(
-            models.Deployable.uuid == stored.deployables['FakeDevice'].uuid)
-        ).scalar_one()
+# The API on a real port, casting to ``conductor``.
+service = conductor_service
 
 
 @pytest.fixture
 def profile(admin_context):
-    device_profiles.create_profiles(admin_context, [
-        {'uuid': str(uuid.uuid4()), 'name': PROFILE, 'description': None,
-         'groups': GROUPS}])
-    return PROFILE
+    """Two ARQs for group 0, one for group 1."""
+    return arq_stack.make_profile(admin_context, PROFILE)
 
 
 # -- helpers -----------------------------------------------------------------
@@ -172,12 +93,6 @@ def rows(db):
             .select_from(arqs.outerjoin(
                 handles, arqs.c.attach_handle_id == handles.c.id))).all()
     return {r.uuid: r for r in found}
-
-
-def handles_in_use(db):
-    with db.engine.connect() as conn:
-        return conn.execute(sa.select(sa.func.count()).where(
-            models.AttachHandle.in_use == sa.true())).scalar_one()
 
 
 def wait_resolved(service, env, *arq_uuids, timeout=30):

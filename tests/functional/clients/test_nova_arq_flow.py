@@ -29,19 +29,14 @@ import pytest
 import sqlalchemy as sa
 
 from cyborg import context as cyborg_context
-from cyborg import rpc
 from cyborg.accelerator.drivers import fake
 from cyborg.clients import nova as nova_client
 from cyborg.clients import placement as placement_client
-from cyborg.conductor import binding
-from cyborg.conductor import host_sync
-from cyborg.conductor import manager
 from cyborg.conductor import placement_sync
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db import models
-from cyborg.db.api import device_profiles
 from cyborg.objects import inventory as inventory_objects
-from tests import conductor_rpc
+from tests import arq_stack
 from tests.functional.clients.conftest import Recorder
 from tests.nova_events import nova_events  # noqa: F401
 from tests.placement_service import create_compute_node
@@ -53,21 +48,12 @@ PROBE = pathlib.Path(__file__).with_name('nova_arq_probe.py')
 AGENT_HOST = 'compute1'
 NODENAME = 'compute1.example.com'
 OTHER_NODENAME = 'compute2.example.com'
-PROFILE = 'fpga-dp'
-GROUPS = [{'resources:FPGA': '2', 'trait:CUSTOM_FAKE_DEVICE': 'required'},
-          {'resources:FPGA': '1'}]
+PROFILE = arq_stack.PROFILE
 # The flavor's own resources: the unnumbered request group.
 FLAVOR = 'MEMORY_MB:512,VCPU:1'
 EVENT = 'accelerator-request-bound'
-ARQS = '/v2/accelerator_requests'
+ARQS = arq_stack.ARQS
 PCI_FIELDS = {'domain', 'bus', 'device', 'function'}
-
-
-class NoAgent:
-    """The fake device's TEST_PCI handles need no agent: a call is a bug."""
-
-    def __getattr__(self, name):
-        raise AssertionError('the agent was asked to %s' % name)
 
 
 class NovaProbe:
@@ -153,12 +139,8 @@ class Compute:
     fpga_rp: str
 
 
-@pytest.fixture
-def transport(conf):
-    conductor_rpc.use_fake_transport(conf)
-    transport = rpc.get_transport(conf)
-    yield transport
-    transport.cleanup()
+profile = arq_stack.profile  # PROFILE: three ARQs of the fake FPGA
+transport = arq_stack.transport
 
 
 @pytest.fixture
@@ -176,10 +158,9 @@ def conductor(conf, db, transport, placement, nova_events):  # noqa: F811
     nova_events.configure(conf)
     nova = nova_client.NovaClient.from_conf(conf)
     assert nova is not None
-    binder = binding.Binder(conf, NoAgent(), nova=nova, owner='conductor-1')
-    endpoint = manager.ConductorManager(
-        host_sync.HostSync(placement.client()), binder)
-    with conductor_rpc.serving(transport, db, [endpoint]):
+    with arq_stack.serving_conductor(
+            transport, db, arq_stack.binder(conf, nova=nova),
+            placement.client()) as endpoint:
         yield endpoint
 
 
@@ -207,14 +188,6 @@ def compute(db, transport, placement, conductor):  # noqa: F811
     provider = placement_get(adapter, '/resource_providers/' + fpga_rp)
     assert provider['parent_provider_uuid'] == node['uuid']
     return Compute(node['uuid'], other['uuid'], fpga_rp)
-
-
-@pytest.fixture
-def profile(admin_context):
-    device_profiles.create_profiles(admin_context, [
-        {'uuid': str(uuid.uuid4()), 'name': PROFILE, 'description': None,
-         'groups': GROUPS}])
-    return PROFILE
 
 
 @pytest.fixture

@@ -28,22 +28,12 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-from cyborg import rpc
-from cyborg.api import app as api_app
-from cyborg.clients import nova as nova_client
-from cyborg.conductor import binding
-from cyborg.conductor import host_sync
-from cyborg.conductor import manager
 from cyborg.conductor import placement_sync
 from cyborg.db import models
-from cyborg.db.api import device_profiles
-from tests import conductor_rpc
-from tests import inventory_rows
-from tests.conftest import ServedAPI
+from tests import arq_stack
+from tests.arq_stack import handles_in_use
 from tests.functional.clients import osc_venv
-from tests.functional.clients.conftest import Mount
-from tests.functional.clients.conftest import Recorder
-from tests.functional.clients.conftest import Service
+from tests.functional.clients.conftest import conductor_service
 from tests.glance_service import glance  # noqa: F401
 from tests.glance_service import glance_service  # noqa: F401
 from tests.placement_service import create_compute_node
@@ -52,7 +42,7 @@ from tests.placement_service import placement_schema_template  # noqa: F401
 
 osc_native = osc_venv.osc_native
 
-HOST = 'host1'
+HOST = arq_stack.HOST
 TIMEOUT = 60
 # The API's answer to a request below 2.3 leaves the device status out.
 V23 = ('--os-accelerator-api-version', '2.3')
@@ -137,9 +127,10 @@ class OSC:
 
 # -- stand-ins ---------------------------------------------------------------
 
-class ProgrammingAgent:
+class ProgrammingAgent(arq_stack.NoAgent):
     """The host's agent as far as these commands reach it: binding the
-    fake device needs none, programming it loads the image (recorded)."""
+    fake device needs none, programming it loads the image (recorded);
+    anything else is a bug."""
 
     def __init__(self):
         self.programmed = []
@@ -149,36 +140,6 @@ class ProgrammingAgent:
         self.programmed.append((host, driver_name, bitstream['image_id']))
         return {'device': controlpath_info, 'image_id': bitstream['image_id'],
                 'function_uuid': None, 'seconds': 0.0}
-
-    def __getattr__(self, name):
-        raise AssertionError('the agent was asked to %s' % name)
-
-
-class RecordingNova:
-    """Takes the conductor's bind events as Nova would (all delivered)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.events = []
-
-    def notify_bound(self, events):
-        with self._lock:
-            self.events.extend(events)
-        return {e.instance_uuid: nova_client.Delivery(delivered=True,
-                                                      attempts=1, status=200)
-                for e in events}
-
-    def seen(self):
-        with self._lock:
-            return sorted((e.instance_uuid, e.arq_uuid, e.ok)
-                          for e in self.events)
-
-    def wait_for(self, count, timeout=10):
-        deadline = time.monotonic() + timeout
-        while len(self.seen()) < count:
-            assert time.monotonic() < deadline, self.seen()
-            time.sleep(0.05)
-        return self.seen()
 
 
 class FakeCompute:
@@ -255,17 +216,7 @@ class FakeCompute:
 
 # -- fixtures ----------------------------------------------------------------
 
-@pytest.fixture
-def transport(conf):
-    conductor_rpc.use_fake_transport(conf)
-    transport = rpc.get_transport(conf)
-    yield transport
-    transport.cleanup()
-
-
-@pytest.fixture
-def nova():
-    return RecordingNova()
+transport = arq_stack.transport
 
 
 @pytest.fixture
@@ -278,24 +229,15 @@ def compute():
 @pytest.fixture
 def conductor(conf, db, transport, nova, placement):  # noqa: F811
     """The conductor: binds ARQs, syncs ``placement`` on enable/disable."""
-    binder = binding.Binder(conf, ProgrammingAgent(), nova=nova,
-                            owner='conductor-1')
-    endpoint = manager.ConductorManager(
-        host_sync.HostSync(placement.client()), binder)
-    with conductor_rpc.serving(transport, db, [endpoint]):
-        yield binder
+    with arq_stack.serving_conductor(
+            transport, db,
+            arq_stack.binder(conf, ProgrammingAgent(), nova=nova),
+            placement.client()) as endpoint:
+        yield endpoint.binder
 
 
-@pytest.fixture
-def service(conf, db, transport, conductor):
-    """The API on a real port, casting to ``conductor``."""
-    served = ServedAPI(conf, db)
-    recorder = Recorder(Mount(api_app.build_app(conf, db,
-                                                transport=transport)))
-    # cheroot looks the application up on every request.
-    served.server.wsgi_app = recorder
-    yield Service(served, recorder, db)
-    served.stop()
+# The API on a real port, casting to ``conductor``.
+service = conductor_service
 
 
 @pytest.fixture
@@ -311,27 +253,18 @@ def osc(osc_native, service, client_env, compute):
 
 @pytest.fixture
 def inventory(db):
-    device, = inventory_rows.add_host(db.engine, HOST,
-                                      inventory_rows.fake_devices())
-    return device
-
+    return arq_stack.store_fake_fpga(db, HOST)
 
 
 @pytest.fixture
 def fpga_rp(db, inventory):
     """The resource provider of the fake FPGA deployable."""
-    with db.engine.connect() as conn:
-        return conn.execute(sa.select(models.Deployable.rp_uuid).where(
-            models.Deployable.uuid == inventory.deployables['FakeDevice'].uuid)
-        ).scalar_one()
+    return arq_stack.deployable_rp(db, inventory)
 
 
 @pytest.fixture
 def profile(admin_context):
-    device_profiles.create_profiles(admin_context, [
-        {'uuid': str(uuid.uuid4()), 'name': PROFILE, 'description': None,
-         'groups': ARQ_GROUPS}])
-    return PROFILE
+    return arq_stack.make_profile(admin_context, PROFILE, ARQ_GROUPS)
 
 
 # -- database helpers --------------------------------------------------------
@@ -350,12 +283,6 @@ def arq_rows(db):
             .select_from(arqs.outerjoin(
                 handles, arqs.c.attach_handle_id == handles.c.id))).all()
     return {r.uuid: r for r in found}
-
-
-def handles_in_use(db):
-    with db.engine.connect() as conn:
-        return conn.execute(sa.select(sa.func.count()).where(
-            models.AttachHandle.in_use == sa.true())).scalar_one()
 
 
 def column_of(db, model, column, row_uuid):
@@ -788,8 +715,7 @@ def test_attribute_errors_fail_the_command(osc, db, inventory):
 
 PROFILE = 'osc-arq-dp'
 # Two ARQs for group 0, one for group 1.
-ARQ_GROUPS = [{'resources:FPGA': '2', 'trait:CUSTOM_FAKE_DEVICE': 'required'},
-              {'resources:FPGA': '1'}]
+ARQ_GROUPS = arq_stack.FPGA_GROUPS
 ARQ_SHOW = ['uuid', 'state', 'device_profile_name', 'hostname',
             'device_rp_uuid', 'instance_uuid', 'attach_handle_type',
             'attach_handle_info']

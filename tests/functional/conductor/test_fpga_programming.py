@@ -7,32 +7,21 @@ oslo.messaging's in-process transport; the conductor chooses the image
 and the agent downloads it from Glance, checksum checked, and programs.
 """
 
-import time
 import uuid
 
 import pytest
 import sqlalchemy as sa
-import webtest
 
-from cyborg import rpc
 from cyborg.accelerator.drivers import fake
 from cyborg.accelerator.drivers import pci
-from cyborg.agent import manager as agent_manager
-from cyborg.agent import rpcapi as agent_rpcapi
-from cyborg.api import app as api_app
-from cyborg.conductor import binding
-from cyborg.conductor import host_sync
-from cyborg.conductor import manager
 from cyborg.db import models
-from cyborg.db.api import device_profiles
-from tests import conductor_rpc
+from tests import arq_stack
 from tests import glance_service
 from tests import inventory_rows
 
 glance = glance_service.glance
 glance_service = glance_service.glance_service
 
-ARQS = '/v2/accelerator_requests'
 DEPLOYABLES = '/v2/deployables'
 HOST = 'compute1'
 BITSTREAM = b'\x00fake gzip bitstream\xff' * 64
@@ -55,29 +44,14 @@ def stack(conf, db, glance):
     conf.set_override('host', HOST)
     conf.set_override('auth_type', 'none', group='glance')
     conf.set_override('endpoint_override', glance.url, group='glance')
-    conductor_rpc.use_fake_transport(conf)
     driver = fake.FakeDriver(conf, pci.PCIReader('/nonexistent'))
     inventory_rows.add_host(db.engine, HOST, driver.discover())
-    transport = rpc.get_transport(conf)
-    agent = agent_manager.AgentManager(
-        conf, [driver], conductor=None, glance=glance.client(),
-        request_report=lambda: None,
-        candidates=[(HOST, 'the configured host')])
-    agent_server = rpc.get_server(transport, rpc.AGENT_TOPIC, HOST, [agent])
-    agent_server.start()
-    binder = binding.Binder(
-        conf, agent_rpcapi.AgentAPI(transport, timeout=20),
-        glance=glance.client(), owner='conductor-1')
-    endpoint = manager.ConductorManager(host_sync.HostSync(None), binder)
-    try:
-        with conductor_rpc.serving(transport, db, [endpoint]):
-            yield (webtest.TestApp(api_app.build_app(conf, db,
-                                                     transport=transport)),
-                   driver)
-    finally:
-        agent_server.stop()
-        agent_server.wait()
-        transport.cleanup()
+    with arq_stack.serving_with_agent(
+            conf, db, HOST, [driver], agent_timeout=20,
+            agent_args={'glance': glance.client(),
+                        'request_report': lambda: None},
+            binder_args={'glance': glance.client()}) as api:
+        yield api, driver
 
 
 @pytest.fixture
@@ -145,30 +119,14 @@ def test_an_unknown_image_is_404(stack, fpga):
 
 
 def bind(api, rp, profile):
-    arq, = api.post_json(ARQS, {'device_profile_name': profile}).json['arqs']
-    instance = str(uuid.uuid4())
-    api.patch_json(ARQS, {arq['uuid']: [
-        {'op': 'add', 'path': '/hostname', 'value': HOST},
-        {'op': 'add', 'path': '/device_rp_uuid', 'value': rp},
-        {'op': 'add', 'path': '/instance_uuid', 'value': instance}]})
-    deadline = time.monotonic() + 20
-    while True:
-        got = api.get(ARQS, {'instance': instance, 'bind_state': 'resolved'},
-                      expect_errors=True)
-        if got.status_int == 200:
-            return got.json['arqs'][0]
-        assert got.status_int == 423, got.text
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    return arq_stack.bind_one(api, profile, rp, hostname=HOST, timeout=20,
+                              interval=0.05)
 
 
 def make_profile(admin_context, name, **accel):
     group = {'resources:FPGA': '1'}
     group.update({'accel:' + k: v for k, v in accel.items()})
-    device_profiles.create_profiles(admin_context, [
-        {'uuid': str(uuid.uuid4()), 'name': name, 'description': None,
-         'groups': [group]}])
-    return name
+    return arq_stack.make_profile(admin_context, name, [group])
 
 
 def test_a_bind_programs_the_bitstream_its_profile_asks_for(

@@ -8,33 +8,24 @@ must remove it, and the handle must be free again afterwards.
 """
 
 import os
-import time
 import uuid
 
 import pytest
 import sqlalchemy as sa
-import webtest
 
-from cyborg import rpc
 from cyborg.accelerator.drivers import pci
 from cyborg.accelerator.drivers.gpu import nvidia
-from cyborg.agent import manager as agent_manager
-from cyborg.agent import rpcapi as agent_rpcapi
-from cyborg.api import app as api_app
-from cyborg.conductor import binding
-from cyborg.conductor import host_sync
-from cyborg.conductor import manager
 from cyborg.conf import gpu_devices
 from cyborg.db import models
-from cyborg.db.api import device_profiles
-from tests import conductor_rpc
+from tests import arq_stack
 from tests import inventory_rows
+from tests.arq_stack import ARQS
+from tests.arq_stack import handles_in_use
 from tests.unit.agent.test_attach_handles import kernel_creates_mdev
 from tests.unit.agent.test_attach_handles import mdev_type_dir
 from tests.unit.drivers.trees import hosts
 from tests.unit.drivers.trees import sysfs
 
-ARQS = '/v2/accelerator_requests'
 HOST = 'compute1'
 VGPU_TYPE = 'nvidia-472'
 # The A100's three VFs hand out vGPUs of one type.
@@ -55,27 +46,11 @@ def stack(conf, db, gpu_root):
     gpu_devices.register_dynamic_opts(conf)
     conf.set_override('device_addresses', VF_ADDRESSES,
                       group='vgpu_' + VGPU_TYPE)
-    conductor_rpc.use_fake_transport(conf)
     driver = nvidia.NvidiaGPUDriver(conf, pci.PCIReader(gpu_root))
     inventory_rows.add_host(db.engine, HOST, driver.discover())
-    transport = rpc.get_transport(conf)
-    agent = agent_manager.AgentManager(
-        conf, [driver], conductor=None, glance=None,
-        candidates=[(HOST, 'the configured host')])
-    agent_server = rpc.get_server(transport, rpc.AGENT_TOPIC, HOST, [agent])
-    agent_server.start()
-    binder = binding.Binder(
-        conf, agent_rpcapi.AgentAPI(transport, timeout=10),
-        owner='conductor-1')
-    endpoint = manager.ConductorManager(host_sync.HostSync(None), binder)
-    try:
-        with conductor_rpc.serving(transport, db, [endpoint]):
-            yield webtest.TestApp(api_app.build_app(conf, db,
-                                                    transport=transport))
-    finally:
-        agent_server.stop()
-        agent_server.wait()
-        transport.cleanup()
+    with arq_stack.serving_with_agent(conf, db, HOST, [driver],
+                                      agent_args={'glance': None}) as api:
+        yield api
 
 
 @pytest.fixture
@@ -87,27 +62,12 @@ def vgpu_rp(db):
 
 @pytest.fixture
 def profile(admin_context):
-    device_profiles.create_profiles(admin_context, [
-        {'uuid': str(uuid.uuid4()), 'name': 'vgpu', 'description': None,
-         'groups': [{'resources:VGPU': '1'}]}])
-    return 'vgpu'
+    return arq_stack.make_profile(admin_context, 'vgpu',
+                                  [{'resources:VGPU': '1'}])
 
 
 def bind(api, rp, instance):
-    arq, = api.post_json(ARQS, {'device_profile_name': 'vgpu'}).json['arqs']
-    api.patch_json(ARQS, {arq['uuid']: [
-        {'op': 'add', 'path': '/hostname', 'value': HOST},
-        {'op': 'add', 'path': '/device_rp_uuid', 'value': rp},
-        {'op': 'add', 'path': '/instance_uuid', 'value': instance}]})
-    deadline = time.monotonic() + 10
-    while True:
-        got = api.get(ARQS, {'instance': instance, 'bind_state': 'resolved'},
-                      expect_errors=True)
-        if got.status_int == 200:
-            return got.json['arqs'][0]
-        assert got.status_int == 423, got.text
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    return arq_stack.bind_one(api, 'vgpu', rp, instance, HOST)
 
 
 def mdev_created(gpu_root, bound):
@@ -120,12 +80,6 @@ def mdev_created(gpu_root, bound):
                            'create')) as f:
         assert f.read() == bound['attach_handle_uuid']
     return kernel_creates_mdev(gpu_root, parent, VGPU_TYPE)
-
-
-def handles_in_use(db):
-    with db.engine.connect() as conn:
-        return conn.execute(sa.select(sa.func.count()).where(
-            models.AttachHandle.in_use == sa.true())).scalar_one()
 
 
 def test_bind_creates_the_mdev_and_unbind_removes_it(stack, db, gpu_root,

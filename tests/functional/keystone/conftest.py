@@ -7,94 +7,26 @@ API, served on a real port, checks them with keystonemiddleware's
 in-process transport; the fake driver's TEST_PCI handles need no agent.
 """
 
-import threading
 import time
-import uuid
 
 import pytest
 import requests
-import sqlalchemy as sa
 
-from cyborg import rpc
-from cyborg.api import app as api_app
-from cyborg.cmd import api as api_cmd
-from cyborg.conductor import binding
-from cyborg.conductor import host_sync
-from cyborg.conductor import manager
-from cyborg.db import models
-from cyborg.db.api import device_profiles
-from tests import conductor_rpc
-from tests import inventory_rows
+from tests import arq_stack
 from tests import keystone_service as keystone_module
+from tests.arq_stack import ARQS
+from tests.arq_stack import PROFILE
 from tests.conftest import ServedAPI
 
 # The session's Keystone, for every test below this directory.
 keystone_service = keystone_module.keystone_service
 
-ARQS = '/v2/accelerator_requests'
-HOST = 'host1'
-PROFILE = 'fpga-dp'
-# Three ARQs: two of group 0, one of group 1.
-GROUPS = [{'resources:FPGA': '2', 'trait:CUSTOM_FAKE_DEVICE': 'required'},
-          {'resources:FPGA': '1'}]
-
-
-class NoAgent:
-    """The fake device needs no agent; a call here is a bug."""
-
-    def __getattr__(self, name):
-        raise AssertionError('the agent was asked to %s' % name)
-
-
-@pytest.fixture
-def transport(conf):
-    conductor_rpc.use_fake_transport(conf)
-    transport = rpc.get_transport(conf)
-    yield transport
-    transport.cleanup()
-
-
-@pytest.fixture
-def conductor(conf, db, transport):
-    binder = binding.Binder(conf, NoAgent(), owner='conductor-1')
-    endpoint = manager.ConductorManager(host_sync.HostSync(None), binder)
-    with conductor_rpc.serving(transport, db, [endpoint]):
-        yield binder
-
-
-@pytest.fixture
-def fpga_rp(db):
-    """The resource provider of the fake FPGA deployable of ``HOST``."""
-    stored, = inventory_rows.add_host(db.engine, HOST,
-                                      inventory_rows.fake_devices())
-    with db.engine.connect() as conn:
-        return conn.execute(sa.select(models.Deployable.rp_uuid).where(
-            models.Deployable.uuid == stored.deployables['FakeDevice'].uuid)
-        ).scalar_one()
-
-
-@pytest.fixture
-def profile(admin_context):
-    device_profiles.create_profiles(admin_context, [
-        {'uuid': str(uuid.uuid4()), 'name': PROFILE, 'description': None,
-         'groups': GROUPS}])
-    return PROFILE
-
-
-class KeystoneServedAPI(ServedAPI):
-    """``tests.conftest.ServedAPI``, the app given the conductor's
-    transport (the in-process transport is not shared by a second one)."""
-
-    def __init__(self, conf, db, transport):
-        conf.set_override('port', 0, group='api')
-        self.server = api_cmd.make_server(
-            conf, api_app.build_app(conf, db, transport=transport))
-        self.server.prepare()
-        host, port = self.server.bind_addr[:2]
-        self.url = 'http://%s:%d' % (host, port)
-        self._thread = threading.Thread(target=self.server.serve,
-                                        daemon=True)
-        self._thread.start()
+# The in-process conductor, the fake FPGA and its profile
+# (``tests.arq_stack``).
+conductor = arq_stack.conductor
+fpga_rp = arq_stack.fpga_rp
+profile = arq_stack.profile
+transport = arq_stack.transport
 
 
 class Caller:
@@ -148,23 +80,9 @@ class Caller:
             time.sleep(0.05)
 
 
-def bind_body(arqs, rp, instance, hostname=HOST):
-    return {a['uuid']: [
-        {'op': 'add', 'path': '/hostname', 'value': hostname},
-        {'op': 'add', 'path': '/device_rp_uuid', 'value': rp},
-        {'op': 'add', 'path': '/instance_uuid', 'value': instance}]
-        for a in arqs}
-
-
-def unbind_body(arqs):
-    return {a['uuid']: [{'op': 'remove', 'path': p} for p in
-                        ('/hostname', '/device_rp_uuid', '/instance_uuid')]
-            for a in arqs}
-
-
 def _serve(conf, db, transport, keystone, **authtoken):
     keystone.configure_authtoken(conf, **authtoken)
-    return KeystoneServedAPI(conf, db, transport)
+    return ServedAPI(conf, db, transport)
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ import uuid
 
 import pytest
 
-from tests.functional.keystone.conftest import ARQS
-from tests.functional.keystone.conftest import bind_body
-from tests.functional.keystone.conftest import unbind_body
+from tests.arq_stack import ARQS
+from tests.arq_stack import bind_body
+from tests.arq_stack import unbind_body
 
 NEEDS_SERVICE = 'requires a service token'
 
