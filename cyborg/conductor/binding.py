@@ -18,8 +18,9 @@ the conductor that finished the binds. An event Nova did not get stays
 pending; ``recover`` sends it again once it is older than ``[conductor]
 nova_event_retry_after`` (claimed first, so that no two conductors send
 it), fails binds that outlived ``[conductor] bind_timeout`` (their
-conductor died) and finishes deletions left half done. A conductor that
-restarts first resumes the binds it owned.
+conductor died) and finishes deletions left half done. Each recovery
+pass first resumes this conductor's binds that no thread of the process
+is running: those a crash or a reload cut short.
 """
 
 import json
@@ -138,7 +139,6 @@ class Binder:
         finished it, None if someone else did (unbind, delete, recovery).
         """
         started = time.monotonic()
-        handle = None
         try:
             handle, deployable = self._prepare(context, item)
             ok = True
