@@ -37,11 +37,6 @@ from cyborg.db.api import arqs as db
 
 LOG = log.getLogger(__name__)
 
-# The agent must act on the host for these: everything else (a whole PCI
-# function, the fake device's TEST_PCI) is ready as it is.
-NEEDS_AGENT = db.PREPARED_ON_HOST
-
-
 class BindRefused(exception.Conflict):
     """Why a device cannot be bound or programmed now (an ARQ then ends
     BindFailed)."""
@@ -203,7 +198,7 @@ class Binder:
                                               deployable['hostname']))
         try:
             self._program_if_asked(context, item, deployable)
-            if handle['attach_type'] in NEEDS_AGENT:
+            if handle['attach_type'] in db.PREPARED_ON_HOST:
                 self.agent.prepare_attach_handle(
                     context, deployable['hostname'],
                     deployable['driver_name'], _handle_payload(handle),
@@ -211,7 +206,7 @@ class Binder:
         except Exception:
             # finish_binding(ok=False) frees the handle in the database;
             # whatever the agent made of it goes too.
-            if handle['attach_type'] in NEEDS_AGENT:
+            if handle['attach_type'] in db.PREPARED_ON_HOST:
                 self._release_quietly(context, deployable['hostname'],
                                       deployable['driver_name'], handle,
                                       item['uuid'])
@@ -278,7 +273,7 @@ class Binder:
 
     def _release_quietly(self, context, host, driver_name, handle,
                          arq_uuid):
-        if handle is None or handle['attach_type'] not in NEEDS_AGENT:
+        if handle is None or handle['attach_type'] not in db.PREPARED_ON_HOST:
             return
         try:
             self.agent.release_attach_handle(context, host, driver_name,
@@ -337,7 +332,7 @@ class Binder:
     def _release_all(self, context, arq_uuids):
         failed = set()
         for row in db.handles_of(context, uuids=arq_uuids):
-            if row['attach_type'] not in NEEDS_AGENT:
+            if row['attach_type'] not in db.PREPARED_ON_HOST:
                 continue
             handle = {'uuid': row['handle_uuid'],
                       'attach_type': row['attach_type'],

@@ -76,14 +76,11 @@ def not_found(uuid):
 
 # -- reading -------------------------------------------------------------
 
-def list_arqs(context, project_id=None, instance_uuid=None, uuids=None,
-              **page):
+def list_arqs(context, project_id=None, instance_uuid=None, **page):
     with context.db.read_connection(context) as connection:
         stmt = _scoped(_view_select(), project_id)
         if instance_uuid is not None:
             stmt = stmt.where(ARQ.instance_uuid == instance_uuid)
-        if uuids is not None:
-            stmt = stmt.where(ARQ.uuid.in_(uuids))
         if page:
             stmt = pagination.paginate(connection, stmt, ARQ, **page)
         else:
@@ -186,7 +183,7 @@ def start_binding(context, bindings, project_id=None):
     with context.db.writer(context) as session:
         instances = sorted({b['instance_uuid'] for b in bindings.values()})
         earlier = session.execute(
-            _scoped(sa.select(ARQ.instance_uuid, ARQ.uuid), None).where(
+            sa.select(ARQ.instance_uuid, ARQ.uuid).where(
                 ARQ.instance_uuid.in_(instances),
                 ARQ.uuid.not_in(list(bindings))).limit(1)).first()
         if earlier is not None:

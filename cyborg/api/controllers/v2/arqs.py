@@ -185,10 +185,6 @@ def _binding(uuid, ops):
 
 # -- the controller ---------------------------------------------------------
 
-def _conductor_call(request, method, *args):
-    return conductor_calls.call(request, method, *args)
-
-
 class AcceleratorRequestsController(resource.ResourceController):
 
     @expose.json()
@@ -304,7 +300,7 @@ class AcceleratorRequestsController(resource.ResourceController):
             if missing:
                 raise db.not_found(', '.join(sorted(missing)))
             if any(r['attach_type'] in db.PREPARED_ON_HOST for r in rows):
-                _conductor_call(request, 'unbind_arqs', uuids)
+                conductor_calls.call(request, 'unbind_arqs', uuids)
             else:
                 db.unbind(request.context, uuids, scope)
         pecan.response.status = 202
@@ -365,7 +361,7 @@ class AcceleratorRequestsController(resource.ResourceController):
             # Left Deleting if the conductor cannot finish now: its
             # recovery pass will.
             try:
-                _conductor_call(request, 'finish_deleting_arqs', deferred)
+                conductor_calls.call(request, 'finish_deleting_arqs', deferred)
             except (conductor_calls.ConductorUnavailable, exception.Conflict):
                 pass
         pecan.response.status = 204
