@@ -8,7 +8,15 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 
 WORK_DIR=${WORK_DIR:-/tmp/cyborg-tempest}
-KEYSTONE_SH=${KEYSTONE_SH:-$(dirname "$REPO")/shared/tools/keystone-local.sh}
+# shared/ sits beside the checkout; a clone made elsewhere finds it
+# beside the repository it was cloned from.
+if [ -z "${KEYSTONE_SH:-}" ]; then
+  KEYSTONE_SH=$(dirname "$REPO")/shared/tools/keystone-local.sh
+  ORIGIN=$(git -C "$REPO" config --get remote.origin.url 2>/dev/null || true)
+  if [ ! -f "$KEYSTONE_SH" ] && [ -d "$ORIGIN" ]; then
+    KEYSTONE_SH=$(dirname "$(cd "$ORIGIN" && pwd)")/shared/tools/keystone-local.sh
+  fi
+fi
 KS_VENV=${KS_VENV:-$WORK_DIR/venvs/keystone}
 TEMPEST_VENV=${TEMPEST_VENV:-$WORK_DIR/venvs/tempest}
 TEMPEST_VERSION=${TEMPEST_VERSION:-47.0.0}
