@@ -132,6 +132,11 @@ class Deployable(TimestampMixin, Base):
     resource_class: orm.Mapped[str | None] = orm.mapped_column(
         sa.String(255))
     traits: orm.Mapped[list | None] = orm.mapped_column(JSONText)
+    # A claim held across slow work on the whole card (programming an
+    # FPGA): the conductor that holds it and since when.
+    reservation: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    reserved_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        sa.DateTime)
 
 
 class Attribute(TimestampMixin, Base):
@@ -238,8 +243,55 @@ class ExtendedAcceleratorRequest(TimestampMixin, Base):
         sa.String(255))
     bind_started_at: orm.Mapped[datetime.datetime | None] = (
         orm.mapped_column(sa.DateTime))
+    # When the conductor that claimed the bind gives up on it; set per
+    # ARQ when its bind really starts, not when the API accepted it.
+    bind_deadline: orm.Mapped[datetime.datetime | None] = (
+        orm.mapped_column(sa.DateTime))
     # Set with Bound/BindFailed in the same transaction, cleared once Nova
     # has the event: a crash in between leaves it for the next conductor.
     nova_event_pending: orm.Mapped[bool] = orm.mapped_column(
         sa.Boolean, nullable=False, default=False,
         server_default=sa.false())
+
+
+class Service(TimestampMixin, Base):
+    """A running service process (conductor, agent) and its heartbeat."""
+
+    __tablename__ = 'services'
+    __table_args__ = (sa.UniqueConstraint('host', 'binary'),)
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
+    host: orm.Mapped[str] = orm.mapped_column(sa.String(255), nullable=False)
+    # cyborg-conductor | cyborg-agent
+    binary: orm.Mapped[str] = orm.mapped_column(sa.String(64),
+                                                nullable=False)
+    # The package version and the newest RPC API version it speaks.
+    version: orm.Mapped[str | None] = orm.mapped_column(sa.String(64))
+    rpc_version: orm.Mapped[str | None] = orm.mapped_column(sa.String(16))
+    last_seen_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
+        sa.DateTime, nullable=False, default=utcnow)
+
+
+class HostSyncState(TimestampMixin, Base):
+    """Whether Placement holds what the database wants for one host.
+
+    Every change of the host's providers bumps ``desired_generation`` in
+    the transaction that makes it; a sync that succeeded records the
+    generation it read. The host needs a sync while the two differ.
+    """
+
+    __tablename__ = 'host_sync_states'
+    __table_args__ = (sa.UniqueConstraint('hostname'),)
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
+    hostname: orm.Mapped[str] = orm.mapped_column(sa.String(255),
+                                                  nullable=False)
+    desired_generation: orm.Mapped[int] = orm.mapped_column(
+        nullable=False, default=1, server_default='1')
+    synced_generation: orm.Mapped[int] = orm.mapped_column(
+        nullable=False, default=0, server_default='0')
+    compute_node_uuid: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(36))
+    synced_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        sa.DateTime)
+    last_error: orm.Mapped[str | None] = orm.mapped_column(sa.Text)

@@ -1,0 +1,113 @@
+"""The live conductors and the consistent hash ring that shares out hosts.
+
+Each conductor heartbeats into the ``services`` table; the live ones (a
+heartbeat younger than ``[DEFAULT] service_down_time``) form a hash ring
+(tooz's ``HashRing``, as Ironic uses for its nodes). Every accelerator
+host belongs to one conductor on the ring: its reports and Placement
+sync, the binds and recovery of its deployables. When a conductor joins
+or dies the ring moves and only the hosts of the changed part change
+owner; every process that reads the same live set computes the same
+owner, so no coordination service is needed beyond the database.
+"""
+
+# First: the warning filter for futurist's eventlet import (tooz imports
+# futurist) and the threading backend.
+from cyborg import service  # noqa: F401, I001
+
+import threading
+import time
+
+from tooz import hashring
+
+from cyborg.db.api import services as services_db
+
+# Partitions of the ring: enough that 3 to 10 conductors share hosts
+# evenly (Ironic uses 2**5 by default).
+PARTITIONS = 2 ** 5
+
+
+class Membership:
+    """The conductors alive as seen from the database, and the ring.
+
+    ``refresh`` reads the live set (one SELECT) and rebuilds the ring if
+    it changed; ``current`` does so at most every ``max_age`` seconds,
+    for callers on a request path (the API).
+    """
+
+    def __init__(self, context, host, down_after, max_age=0.0):
+        self.context = context
+        self.host = host
+        self.down_after = down_after
+        self.max_age = max_age
+        self._lock = threading.Lock()
+        self._live = ()
+        self._ring = None
+        self._read_at = None
+
+    @property
+    def live(self):
+        """The live conductors' hosts, sorted, as last read."""
+        return self._live
+
+    def refresh(self):
+        """Read the live conductors; returns (joined, left) sets."""
+        live = tuple(services_db.live_hosts(
+            self.context, services_db.CONDUCTOR, self.down_after))
+        with self._lock:
+            before = set(self._live)
+            self._read_at = time.monotonic()
+            if live != self._live or self._ring is None:
+                self._live = live
+                self._ring = hashring.HashRing(live, partitions=PARTITIONS)
+        return set(live) - before, before - set(live)
+
+    def current(self):
+        """Refresh if the last read is older than ``max_age``."""
+        read_at = self._read_at
+        if read_at is None or time.monotonic() - read_at >= self.max_age:
+            self.refresh()
+        return self
+
+    def owner_of(self, hostname):
+        """The live conductor that owns ``hostname``; None if none is
+        alive."""
+        with self._lock:
+            ring = self._ring
+        if ring is None or not len(ring.nodes):
+            return None
+        (owner,) = ring.get_nodes(hostname.encode('utf-8'))
+        return owner
+
+    def owns(self, hostname):
+        """Whether this conductor owns ``hostname``. With no live
+        conductor known yet (the first heartbeat not written), every
+        conductor acts for every host rather than none."""
+        owner = self.owner_of(hostname)
+        return owner is None or owner == self.host
+
+    def is_alive(self, conductor):
+        return conductor in self._live
+
+
+class SoleMembership:
+    """One conductor that owns every host and trusts every other to be
+    alive: the single-machine mode and tests of one conductor."""
+
+    def __init__(self, host):
+        self.host = host
+        self.live = (host,)
+
+    def refresh(self):
+        return set(), set()
+
+    def current(self):
+        return self
+
+    def owner_of(self, hostname):
+        return self.host
+
+    def owns(self, hostname):
+        return True
+
+    def is_alive(self, conductor):
+        return True

@@ -1,0 +1,86 @@
+"""Service membership: each conductor and agent process and its heartbeat.
+
+A service is one row per (host, binary), written by its own heartbeat
+(or, for an agent, by the conductor that receives it). A service is
+alive while its last heartbeat is younger than ``[DEFAULT]
+service_down_time``; clocks of the hosts are assumed in step (NTP), as
+Nova assumes for its services table.
+"""
+
+import datetime
+
+from oslo_db import exception as db_exception
+import sqlalchemy as sa
+
+from cyborg.db import models
+
+CONDUCTOR = 'cyborg-conductor'
+AGENT = 'cyborg-agent'
+
+_services = models.Service.__table__
+
+
+def heartbeat(context, host, binary, version=None, rpc_version=None):
+    """Record that ``binary`` on ``host`` is alive now: one UPDATE, and
+    an INSERT the first time."""
+    now = models.utcnow()
+    values = {'last_seen_at': now, 'updated_at': now}
+    if version is not None:
+        values['version'] = version
+    if rpc_version is not None:
+        values['rpc_version'] = rpc_version
+    where = (_services.c.host == host) & (_services.c.binary == binary)
+    with context.db.writer(context) as session:
+        updated = session.connection().execute(
+            _services.update().where(where).values(**values)).rowcount
+    if updated:
+        return
+    try:
+        with context.db.writer(context) as session:
+            session.connection().execute(_services.insert().values(
+                host=host, binary=binary, version=version,
+                rpc_version=rpc_version, last_seen_at=now, created_at=now))
+    except db_exception.DBDuplicateEntry:
+        # Another process of the same host and binary inserted first.
+        with context.db.writer(context) as session:
+            session.connection().execute(
+                _services.update().where(where).values(**values))
+
+
+def list_services(context, binary=None, host=None):
+    """Every service row, by binary then host."""
+    stmt = sa.select(_services).order_by(_services.c.binary,
+                                         _services.c.host)
+    if binary is not None:
+        stmt = stmt.where(_services.c.binary == binary)
+    if host is not None:
+        stmt = stmt.where(_services.c.host == host)
+    with context.db.read_connection(context) as connection:
+        return connection.execute(stmt).all()
+
+
+def live_hosts(context, binary, down_after_seconds, now=None):
+    """The hosts whose ``binary`` sent a heartbeat within
+    ``down_after_seconds``, sorted."""
+    now = now or models.utcnow()
+    since = now - datetime.timedelta(seconds=down_after_seconds)
+    stmt = (sa.select(_services.c.host)
+            .where(_services.c.binary == binary)
+            .where(_services.c.last_seen_at >= since)
+            .order_by(_services.c.host))
+    with context.db.read_connection(context) as connection:
+        return [row.host for row in connection.execute(stmt)]
+
+
+def is_alive(row, down_after_seconds, now=None):
+    """Whether a service row's heartbeat is recent enough."""
+    now = now or models.utcnow()
+    return (now - row.last_seen_at).total_seconds() <= down_after_seconds
+
+
+def forget(context, host, binary):
+    """Remove a service row (an operator retired the host)."""
+    with context.db.writer(context) as session:
+        return session.connection().execute(_services.delete().where(
+            (_services.c.host == host)
+            & (_services.c.binary == binary))).rowcount
