@@ -22,8 +22,8 @@ agent builds it with the configuration object and the shared
   only the few files (and vendor library calls) each device needs, never
   rediscovers, and never raises for a device: what cannot be read is
   ``unknown`` with the reason. Drivers of PCI devices get the PCI level
-  (``pci_health``, a ``health.PCIHealth``) for free and add their vendor's view in
-  ``observe_vendor()``. Some checks compare with the previous
+  (``pci_health``, a ``health.PCIHealth``) for free and add their
+  vendor's view in ``observe_vendor()``. Some checks compare with the previous
   observation (AER counters, the kernel driver discovery saw): the first
   observation of a device is their baseline.
 
