@@ -17,19 +17,34 @@ agent builds it with the configuration object and the shared
   Once programmed, the next ``discover()`` reports the loaded function as
   the trait ``CUSTOM_FPGA_FUNCTION_ID_<function uuid>``.
 
+- ``observe()`` every few seconds: the health and usage of devices that
+  ``discover()`` returned, as ``health.Observation`` objects. It reads
+  only the few files (and vendor library calls) each device needs, never
+  rediscovers, and never raises for a device: what cannot be read is
+  ``unknown`` with the reason. Drivers of PCI devices get the PCI level
+  (``pci_health``, a ``health.PCIHealth``) for free and add their
+  vendor's view in ``observe_vendor()``. Some checks compare with the previous
+  observation (AER counters, the kernel driver discovery saw): the first
+  observation of a device is their baseline.
+
 The agent calls these from several threads (the periodic report and RPC
 requests): a driver that keeps state guards it.
 """
 
 import abc
+import logging
 import pathlib
+import threading
 from typing import ClassVar
 
 from oslo_config import cfg
 
 from cyborg import exception
+from cyborg.accelerator.drivers import health
 from cyborg.accelerator.drivers import pci
 from cyborg.objects import inventory
+
+LOG = logging.getLogger(__name__)
 
 NAMESPACE = 'cyborg.accelerator.driver'
 
@@ -69,6 +84,59 @@ class AcceleratorDriver(abc.ABC):
                               uuid: str) -> None:
         """Undo ``prepare_attach_handle``; harmless if already undone."""
         return None
+
+    # Devices that lower their PCIe link speed themselves when idle (GPUs):
+    # their link is judged on its width only.
+    link_speed_varies: ClassVar[bool] = False
+
+    _health_lock = threading.Lock()
+
+    @property
+    def pci_health(self) -> health.PCIHealth:
+        """The PCI-level health of this driver's functions (kept state)."""
+        with self._health_lock:
+            if self.__dict__.get('_pci_health') is None:
+                self._pci_health = health.PCIHealth(self.pci)
+            return self._pci_health
+
+    def observe(self, devices: list[inventory.Device]
+                ) -> list[health.Observation]:
+        """Health and usage of ``devices`` now, one observation each."""
+        return [self.observe_device(device) for device in devices]
+
+    def observe_device(self, device: inventory.Device) -> health.Observation:
+        info = device.controlpath_info or {}
+        if device.controlpath_type != 'PCI':
+            return health.Observation.of(
+                str(info), [health.Finding(
+                    health.UNKNOWN, 'no health check for control path %s'
+                    % device.controlpath_type)])
+        address = inventory.PCIAddress(info['domain'], info['bus'],
+                                       info['device'], info['function'])
+        findings = self.pci_health.findings(
+            address, judge_link_speed=not self.link_speed_varies)
+        if not self.pci_health.present(address):
+            return health.Observation.of(str(address), findings)
+        usage = self.pci_health.link_usage(address)
+        extra_findings, extra_usage = self.pci_health.class_extras(address)
+        findings += extra_findings
+        usage.update(extra_usage)
+        try:
+            vendor_findings, vendor_usage = self.observe_vendor(device,
+                                                                address)
+        except Exception as e:  # a broken vendor view must not stop others
+            LOG.exception('Observing %s failed', address)
+            vendor_findings, vendor_usage = [health.Finding(
+                health.UNKNOWN, 'observing %s failed: %s' % (address, e))], {}
+        findings += vendor_findings
+        usage.update(vendor_usage)
+        return health.Observation.of(str(address), findings, usage)
+
+    def observe_vendor(self, device: inventory.Device,
+                       address: inventory.PCIAddress
+                       ) -> tuple[list[health.Finding], dict]:
+        """What the vendor's own interface adds: (findings, usage)."""
+        return [], {}
 
     # How a bitstream file is named for the driver's programming tool.
     bitstream_suffix: ClassVar[str] = '.bin'

@@ -13,6 +13,9 @@ deployable also carries the trait ``CUSTOM_FPGA_FUNCTION_ID_<uuid>`` and
 the attribute ``function_uuid``, as a real FPGA that was programmed does.
 A bitstream without a function leaves it with none. An agent that
 restarts forgets what was programmed, as a card that is power-cycled does.
+
+Observed, it is always healthy and reports no usage: there is nothing to
+read.
 """
 
 import os
@@ -20,6 +23,7 @@ import threading
 import time
 
 from cyborg.accelerator.drivers import base
+from cyborg.accelerator.drivers import health
 from cyborg.accelerator.drivers import traits
 from cyborg.conf import fake_driver as fake_driver_conf
 from cyborg.objects import inventory
@@ -87,6 +91,11 @@ class FakeDriver(base.AcceleratorDriver):
             controlpath_info=ADDRESS.as_info(),
             std_board_info={'vendor_id': VENDOR_ID, 'product_id': 'abcd'},
             deployables=[deployable])]
+
+    def observe_device(self, device):
+        return health.Observation.of(
+            str(ADDRESS), [health.Finding(health.HEALTHY,
+                                          'a fake device is always healthy')])
 
     def program(self, device, bitstream, metadata=None):
         # Nothing to load into, but the bitstream must exist: the binding

@@ -190,6 +190,9 @@ class PCIReader:
     def __init__(self, root='/'):
         self.root = root
         self._names = None
+        # address -> kernel driver at the last read of the function:
+        # what health observations compare the driver bound now with.
+        self._drivers_seen = {}
 
     def _path(self, *parts):
         return os.path.join(self.root, *parts)
@@ -248,6 +251,8 @@ class PCIReader:
         device_id = _hex_id(device, 4)
         numa_node = _int_or_none(attribute('numa_node'))
         vendor_name, device_name = self.names(vendor_id, device_id)
+        kernel_driver = self._link_name(os.path.join(base, 'driver'))
+        self._drivers_seen[bdf] = kernel_driver
         return PCIFunction(
             address=inventory.PCIAddress.parse(bdf),
             vendor_id=vendor_id,
@@ -257,7 +262,7 @@ class PCIReader:
             subsystem_device_id=_hex_id(attribute('subsystem_device'), 4),
             numa_node=numa_node if numa_node is not None and numa_node >= 0
             else None,
-            kernel_driver=self._link_name(os.path.join(base, 'driver')),
+            kernel_driver=kernel_driver,
             physfn=inventory.PCIAddress.parse(physfn) if physfn else None,
             virtfns=tuple(inventory.PCIAddress.parse(target)
                           for _, target in sorted(virtfns)),
@@ -268,6 +273,16 @@ class PCIReader:
             vendor_name=vendor_name,
             device_name=device_name,
         )
+
+    def function_dir(self, address):
+        """The sysfs directory of the function at ``address``."""
+        return self._path('sys/bus/pci/devices', str(address))
+
+    def discovered_driver(self, address):
+        """(seen, kernel driver) as the last read of ``address`` found
+        them; seen is False when discovery never read it."""
+        bdf = str(address)
+        return bdf in self._drivers_seen, self._drivers_seen.get(bdf)
 
     def _mdev_types(self, bdf):
         types_dir = self._path('sys/class/mdev_bus', bdf,

@@ -13,6 +13,7 @@ from cyborg.conf import gpu_devices
 from cyborg.conf import intel_nic
 from cyborg.conf import pci as pci_conf
 from tests.unit.drivers.trees import hosts
+from tests.unit.drivers.trees import recorded
 from tests.unit.drivers.trees import sysfs
 
 
@@ -131,4 +132,23 @@ def fake_tool(tmp_path, monkeypatch):
                'status': status})
         script.chmod(0o755)
         return tool
+    return install
+
+
+@pytest.fixture
+def h100_tree(tmp_path):
+    """A fresh copy of the sysfs tree recorded on the H100 machine."""
+    return recorded.unpack('h100-vm', tmp_path / 'h100-vm')
+
+
+@pytest.fixture
+def recorded_nvml(monkeypatch):
+    """recorded_nvml(**kw) -> the H100's NVML recording, under the real
+    NVML bindings for this test."""
+    # The bindings are a test requirement, but only these tests need them.
+    from tests.unit.drivers import nvml_standin
+
+    def install(**kw):
+        return nvml_standin.install(monkeypatch, nvml_standin.RecordedNVML(
+            recorded.recording('h100-vm', 'nvml-record.jsonl'), **kw))
     return install

@@ -19,19 +19,28 @@ virtual functions are not GPUs.
 
 Traits: ``CUSTOM_GPU_NVIDIA``, ``CUSTOM_GPU_PRODUCT_ID_<id>`` and, on VGPU
 deployables, ``CUSTOM_VGPU_TYPE_<type>``.
+
+Observed (``observe()``), a GPU gets the PCI-level checks, its link judged
+on width only (GPUs lower the link speed themselves when idle), and what
+NVML says (``nvml.NVMLObserver``). A GPU bound to a driver other than
+``nvidia`` (``vfio-pci`` to be given whole to a VM) is invisible to NVML
+on the host: the PCI level is all there is to judge.
 """
 
 import logging
 
 from cyborg.accelerator.drivers import base
+from cyborg.accelerator.drivers import health
 from cyborg.accelerator.drivers import pci
 from cyborg.accelerator.drivers import traits
+from cyborg.accelerator.drivers.gpu import nvml
 from cyborg.conf import gpu_devices
 from cyborg.objects import inventory
 
 LOG = logging.getLogger(__name__)
 
 VENDOR_ID = '10de'
+HOST_DRIVER = 'nvidia'
 GPU_CLASSES = (pci.CLASS_VGA, pci.CLASS_3D)
 
 
@@ -50,9 +59,11 @@ def _mdev_parent(handle):
 class NvidiaGPUDriver(base.AcceleratorDriver):
     name = 'nvidia_gpu_driver'
     device_type = 'GPU'
+    link_speed_varies = True
 
     def __init__(self, conf, pci_reader):
         super().__init__(conf, pci_reader)
+        self.nvml = nvml.NVMLObserver()
         types = gpu_devices.register_dynamic_opts(conf)
         self.vgpu_types_by_address = {}
         for type_id in types:
@@ -135,6 +146,14 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
             + [traits.custom('VGPU_TYPE', type_id)],
             attach_handles=handles,
             attributes=attributes)
+
+    def observe_vendor(self, device, address):
+        bound = self.pci_health.kernel_driver(address)
+        if bound is not None and bound != HOST_DRIVER:
+            return [health.Finding(
+                health.HEALTHY, '%s is bound to %s: NVML cannot see it, '
+                'only the PCI level is judged' % (address, bound))], {}
+        return self.nvml.observe(address)
 
     def prepare_attach_handle(self, device, handle, uuid):
         if handle.attach_type != 'MDEV':

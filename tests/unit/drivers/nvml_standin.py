@@ -1,0 +1,232 @@
+"""A stand-in for libnvidia-ml that replays an NVML recording.
+
+The real bindings (``pynvml`` of nvidia-ml-py) stay in place: every
+``nvml*`` Python function runs as written, builds its ctypes structures
+and checks the return code as it does on a real host. Only the library
+below them is replaced: ``pynvml.nvmlLib`` becomes a ``RecordedNVML``,
+whose attributes are the C entry points by their NVML names. Each fills
+the ctypes objects it is passed from the current sample of the recording
+and returns an NVML return code. Entry points the recording cannot answer
+are missing, so the bindings raise ``NVML_ERROR_FUNCTION_NOT_FOUND`` for
+them as for an older driver.
+
+``inject_xid()`` queues an XID event; ``lose()`` makes a GPU answer
+``NVML_ERROR_GPU_IS_LOST`` to everything; ``step()`` moves to the next
+sample; ``override()`` changes fields of the samples from now on.
+"""
+
+import ctypes
+import json
+
+import pynvml
+
+# Handles are opaque pointers NVML owns; these are never dereferenced.
+HANDLE_BASE = 0x7f0000001000
+
+
+def _bdf(text):
+    """'00000000:00:06.0' or '0000:00:06.0' -> '0000:00:06.0'."""
+    domain, bus, rest = text.lower().split(':')
+    return '%04x:%s:%s' % (int(domain, 16), bus, rest)
+
+
+def _set_pointer(by_reference, value):
+    """Write a pointer value into the object ``byref()`` was given."""
+    ctypes.c_void_p.from_buffer(by_reference._obj).value = value
+
+
+def _value(argument):
+    return getattr(argument, 'value', argument)
+
+
+class RecordedNVML:
+    """libnvidia-ml for one recorded GPU (more with ``add_gpu``)."""
+
+    def __init__(self, record_path, driver_loaded=True):
+        with open(record_path) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+        self.static = lines[0]['static']
+        self.samples = lines[1:]
+        self.index = 0
+        self.driver_loaded = driver_loaded
+        self.calls = []  # C entry points called, in order
+        self._gpus = {}  # address -> handle value
+        self._lost = set()
+        self._overrides = {}
+        self._events = []  # (handle value, xid) not yet read
+        self._registered = set()  # handle values registered for XIDs
+        self.add_gpu(_bdf(self.static['pci']['busId']))
+
+    # What a test does.
+
+    def add_gpu(self, address):
+        self._gpus[address] = HANDLE_BASE + 0x100 * len(self._gpus)
+
+    @property
+    def sample(self):
+        return {**self.samples[self.index], **self._overrides}
+
+    def step(self):
+        self.index += 1
+        return self.index < len(self.samples)
+
+    def override(self, **fields):
+        self._overrides.update(fields)
+
+    def inject_xid(self, address, xid):
+        self._events.append((self._gpus[address], xid))
+
+    def lose(self, address):
+        self._lost.add(self._gpus[address])
+
+    # The C entry points.
+
+    def _gpu(self, handle):
+        value = ctypes.cast(handle, ctypes.c_void_p).value
+        if value not in self._gpus.values():
+            return None, pynvml.NVML_ERROR_INVALID_ARGUMENT
+        if value in self._lost:
+            return None, pynvml.NVML_ERROR_GPU_IS_LOST
+        return value, pynvml.NVML_SUCCESS
+
+    def _entry(function):
+        """Log the call; answer for a lost or unknown GPU first."""
+        name = function.__name__
+
+        def entry(self, *args):
+            self.calls.append(name)
+            if name.startswith('nvmlDevice') and name != (
+                    'nvmlDeviceGetHandleByPciBusId_v2'):
+                _, status = self._gpu(args[0])
+                if status != pynvml.NVML_SUCCESS:
+                    return status
+            return function(self, *args)
+        entry.__name__ = name
+        return entry
+
+    @_entry
+    def nvmlInitWithFlags(self, flags):
+        if not self.driver_loaded:
+            return pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+        return pynvml.NVML_SUCCESS
+
+    @_entry
+    def nvmlShutdown(self):
+        return pynvml.NVML_SUCCESS
+
+    @_entry
+    def nvmlDeviceGetHandleByPciBusId_v2(self, bus_id, device):
+        handle = self._gpus.get(_bdf(bus_id.value.decode()))
+        if handle is None:
+            return pynvml.NVML_ERROR_NOT_FOUND
+        if handle in self._lost:
+            return pynvml.NVML_ERROR_GPU_IS_LOST
+        _set_pointer(device, handle)
+        return pynvml.NVML_SUCCESS
+
+    @_entry
+    def nvmlDeviceGetUtilizationRates(self, handle, utilization):
+        utilization._obj.gpu = self.sample['gpu_util']
+        utilization._obj.memory = self.sample['mem_util']
+        return pynvml.NVML_SUCCESS
+
+    @_entry
+    def nvmlDeviceGetMemoryInfo(self, handle, memory):
+        total, used = self.sample['fb_total'], self.sample['fb_used']
+        memory._obj.total = total
+        memory._obj.used = used
+        memory._obj.free = total - used
+        return pynvml.NVML_SUCCESS
+
+    @_entry
+    def nvmlDeviceGetPowerUsage(self, handle, milliwatts):
+        milliwatts._obj.value = self.sample['power_mw']
+        return pynvml.NVML_SUCCESS
+
+    @_entry
+    def nvmlDeviceGetTemperature(self, handle, sensor, celsius):
+        if _value(sensor) != pynvml.NVML_TEMPERATURE_GPU:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        celsius._obj.value = self.sample['temp_c']
+        return pynvml.NVML_SUCCESS
+
+    @_entry
+    def nvmlDeviceGetTemperatureThreshold(self, handle, threshold, celsius):
+        for name, value in self.static['temp_thresholds'].items():
+            if getattr(pynvml, name) == _value(threshold):
+                celsius._obj.value = value
+                return pynvml.NVML_SUCCESS
+        return pynvml.NVML_ERROR_NOT_SUPPORTED
+
+    @_entry
+    def nvmlDeviceGetTotalEccErrors(self, handle, error_type, counter_type,
+                                    count):
+        field = {
+            (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+             pynvml.NVML_VOLATILE_ECC): 'ecc_unc_volatile',
+            (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+             pynvml.NVML_AGGREGATE_ECC): 'ecc_unc_aggregate',
+            (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+             pynvml.NVML_VOLATILE_ECC): 'ecc_cor_volatile',
+        }.get((_value(error_type), _value(counter_type)))
+        if field is None:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        count._obj.value = self.sample[field]
+        return pynvml.NVML_SUCCESS
+
+    @_entry
+    def nvmlDeviceGetRemappedRows(self, handle, correctable, uncorrectable,
+                                  pending, failure):
+        for out, value in zip((correctable, uncorrectable, pending, failure),
+                              self.sample['remapped_rows'], strict=True):
+            out._obj.value = value
+        return pynvml.NVML_SUCCESS
+
+    # vGPUs: the recorded host runs no vGPU manager.
+    @_entry
+    def nvmlDeviceGetActiveVgpus(self, handle, count, instances):
+        return pynvml.NVML_ERROR_NOT_SUPPORTED
+
+    @_entry
+    def nvmlDeviceGetVgpuUtilization(self, handle, since, value_type, count,
+                                     samples):
+        return pynvml.NVML_ERROR_NOT_SUPPORTED
+
+    # XID events: the recorded GPU supports them; a wait with nothing
+    # queued times out, as it did there.
+    @_entry
+    def nvmlEventSetCreate(self, event_set):
+        _set_pointer(event_set, HANDLE_BASE - 0x100)
+        return pynvml.NVML_SUCCESS
+
+    @_entry
+    def nvmlDeviceRegisterEvents(self, handle, event_types, event_set):
+        if not _value(event_types) & pynvml.nvmlEventTypeXidCriticalError:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        self._registered.add(ctypes.cast(handle, ctypes.c_void_p).value)
+        return pynvml.NVML_SUCCESS
+
+    @_entry
+    def nvmlEventSetWait_v2(self, event_set, data, timeout_ms):
+        while self._events:
+            handle, xid = self._events.pop(0)
+            if handle not in self._registered:
+                continue  # nobody asked: NVML drops it
+            _set_pointer(data, handle)  # device, the first field
+            data._obj.eventType = pynvml.nvmlEventTypeXidCriticalError
+            data._obj.eventData = xid
+            return pynvml.NVML_SUCCESS
+        return pynvml.NVML_ERROR_TIMEOUT
+
+    @_entry
+    def nvmlEventSetFree(self, event_set):
+        return pynvml.NVML_SUCCESS
+
+    del _entry
+
+
+def install(monkeypatch, library):
+    """Put ``library`` under the real bindings for one test."""
+    monkeypatch.setattr(pynvml, 'nvmlLib', library)
+    monkeypatch.setattr(pynvml, '_nvmlGetFunctionPointer_cache', {})
+    return library
