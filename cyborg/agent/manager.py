@@ -17,6 +17,14 @@ what the named driver discovers now, so that it acts only on hardware it
 would report. After programming it reports its inventory at once rather
 than at the next interval: the loaded function's trait reaches the
 database and Placement the way every other trait does.
+
+Every ``[DEFAULT] heartbeat_interval`` seconds the agent casts a
+heartbeat to the conductor, which records the agent alive in the
+``services`` table. Reports and heartbeats go to the conductor that owns
+this host on the conductors' hash ring, as the last report's answer named
+it (``owner``); with no such hint, or when the owner does not answer a
+report, they go to the conductor topic, where any conductor takes them
+(and passes a report on to the owner).
 """
 
 import functools
@@ -36,6 +44,7 @@ from cyborg import context as cyborg_context
 from cyborg import exception
 from cyborg import rpc
 from cyborg import service
+from cyborg import version as cyborg_version
 from cyborg.accelerator.drivers import loader
 from cyborg.accelerator.drivers import pci
 from cyborg.agent import rpcapi as agent_rpcapi
@@ -129,6 +138,8 @@ class AgentManager:
                            else name_candidates(conf.host))
         self.compute_node = None  # placement_sync.ComputeNode once found
         self.last_report = None
+        # The conductor that owns this host, as the last answer said.
+        self.owner = None
         self._last_failed = False
         self._context = cyborg_context.admin_context(None)
         self._report_lock = threading.Lock()
@@ -358,8 +369,7 @@ class AgentManager:
                          % (service.describe_message_bus(self.conf), problem))
             return None
         try:
-            result = self.conductor.report_host_inventory(
-                self._context, snapshot.to_dict(), names)
+            result = self._send_report(snapshot.to_dict(), names)
             problem = None
         except messaging.MessagingTimeout:
             problem = ('the conductor did not answer within %d s'
@@ -371,6 +381,8 @@ class AgentManager:
                          'in %d s' % (problem,
                                       self.conf.agent.report_interval))
             return None
+        if isinstance(result, dict):
+            self.owner = result.get('owner')
         if self._last_failed or result != self.last_report:
             LOG.info('Reported %d devices to the conductor: %s',
                      len(snapshot.devices), result)
@@ -380,6 +392,36 @@ class AgentManager:
         self._last_failed = False
         self.last_report = result
         return result
+
+    def _send_report(self, snapshot, names):
+        """The owner's answer, or any conductor's if the owner is not
+        known or does not answer."""
+        owner = self.owner
+        if owner is not None:
+            try:
+                return self.conductor.report_host_inventory(
+                    self._context, snapshot, names, server=owner)
+            except messaging.MessagingTimeout:
+                LOG.warning('cyborg-agent: conductor %s, the owner of this '
+                            'host, did not answer within %d s; reporting to '
+                            'any conductor', owner,
+                            self.conf.agent.report_timeout)
+                self.owner = None
+        return self.conductor.report_host_inventory(self._context, snapshot,
+                                                    names)
+
+    def heartbeat(self):
+        """Tell the conductor that this agent is alive; a cast that costs
+        the conductor one UPDATE. Skipped while RabbitMQ is down."""
+        try:
+            service.check_message_bus(self.conf)
+        except ConnectionError as exc:
+            LOG.debug('No heartbeat: %s', exc)
+            return False
+        self.conductor.agent_heartbeat(
+            self._context, self.conf.host, cyborg_version.package_version(),
+            agent_rpcapi.VERSION, server=self.owner)
+        return True
 
     def _failed(self, message):
         self._last_failed = True
@@ -446,6 +488,8 @@ class AgentService(service.Service):
         self.report_task = self.add_periodic(
             'inventory-report', conf.agent.report_interval,
             self.manager.report_inventory)
+        self.add_periodic('heartbeat', conf.heartbeat_interval,
+                          self.manager.heartbeat)
         # A report asked for after programming joins the periodic one.
         self.manager.request_report = self.report_task.run_now
 

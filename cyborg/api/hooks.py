@@ -17,9 +17,14 @@ from cyborg.api import request_body
 LOG = logging.getLogger(__name__)
 
 
+# Seconds the API trusts its last read of the live conductors: binds
+# follow a changed ring within this, at one SELECT per interval at most.
+MEMBERSHIP_MAX_AGE = 3
+
+
 class AppState:
     """What every request of one app shares: configuration, policy, DB,
-    and the conductor's RPC client.
+    the conductor's RPC client and the live conductors' ring.
     """
 
     def __init__(self, conf, db, enforcer, transport=None):
@@ -29,6 +34,21 @@ class AppState:
         self._transport = transport
         self._conductor = None
         self._conductor_lock = threading.Lock()
+        self._membership = None
+
+    @property
+    def membership(self):
+        """The live conductors as a hash ring, read again at most every
+        ``MEMBERSHIP_MAX_AGE`` seconds."""
+        if self._membership is None:
+            from cyborg.conductor import membership
+            with self._conductor_lock:
+                if self._membership is None:
+                    self._membership = membership.Membership(
+                        cyborg_context.admin_context(self.db),
+                        self.conf.host, self.conf.service_down_time,
+                        max_age=MEMBERSHIP_MAX_AGE)
+        return self._membership.current()
 
     @property
     def conductor(self):

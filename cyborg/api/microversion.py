@@ -18,6 +18,7 @@ VERSIONS = [
     ('2.1', 'An ARQ bind may set /project_id (admins only).'),
     ('2.2', 'GET /v2/device_profiles/{name} finds a profile by name.'),
     ('2.3', 'Devices show their status: enabled or maintaining.'),
+    ('2.4', 'GET /v2/services lists conductors and agents (admins).'),
 ]
 
 _NUMBER = re.compile(r'^([1-9]\d*|0)\.([1-9]\d*|0)$')

@@ -24,6 +24,10 @@ code, and change nothing:
   fails or finishes those, and the check says how many there are.
 - Online data migrations: ``cyborg-dbsync online_data_migrations`` has
   nothing left to do.
+- Services: a conductor is alive (a heartbeat younger than ``[DEFAULT]
+  service_down_time``) once any has registered; dead conductors and
+  agents, and live ones of one kind speaking different RPC versions (an
+  upgrade half done), are warnings.
 """
 
 import datetime
@@ -51,6 +55,7 @@ from cyborg.conf import placement as placement_conf
 from cyborg.db import migration
 from cyborg.db import models
 from cyborg.db import online_migrations
+from cyborg.db.api import services as services_db
 
 Code = upgradecheck.Code
 Result = upgradecheck.Result
@@ -372,13 +377,71 @@ class UpgradeChecks(upgradecheck.UpgradeCommands):
         return Result(Code.SUCCESS, 'No online data migration has rows '
                       'left.')
 
+    # -- conductors and agents ---------------------------------------------
+
+    def _check_services(self):
+        table = models.Service.__table__
+        rows, problem = self._read(lambda connection: connection.execute(
+            sa.select(table.c.host, table.c.binary, table.c.rpc_version,
+                      table.c.last_seen_at)).all())
+        if problem:
+            return problem
+        down_after = self.conf.service_down_time
+        now = models.utcnow()
+        live, dead, rpc_versions = {}, {}, {}
+        for row in rows:
+            alive = services_db.is_alive(row, down_after, now)
+            (live if alive else dead).setdefault(row.binary, []).append(
+                row.host)
+            if alive:
+                rpc_versions.setdefault(row.binary, set()).add(
+                    row.rpc_version or 'unknown')
+        conductors = live.get(services_db.CONDUCTOR, [])
+        if not conductors and dead.get(services_db.CONDUCTOR):
+            return Result(Code.FAILURE, 'No cyborg-conductor is alive: none '
+                          'has sent a heartbeat within [DEFAULT] '
+                          'service_down_time (%d s); the last ones were %s. '
+                          'Reports, binds and recovery wait for a conductor: '
+                          'start one.' % (down_after, _names(
+                              dead[services_db.CONDUCTOR])))
+        warnings = []
+        for binary in (services_db.CONDUCTOR, services_db.AGENT):
+            if dead.get(binary):
+                warnings.append(
+                    '%s sent no heartbeat within %d s: %s.'
+                    % (_plural(len(dead[binary]), binary, binary + 's'),
+                       down_after, _names(dead[binary])))
+            if len(rpc_versions.get(binary, ())) > 1:
+                warnings.append(
+                    'The live %ss speak different RPC versions (%s): finish '
+                    'upgrading them.' % (binary, ', '.join(
+                        sorted(rpc_versions[binary]))))
+        if warnings:
+            return Result(Code.WARNING, ' '.join(warnings))
+        if not rows:
+            return Result(Code.SUCCESS, 'No conductor or agent has '
+                          'registered yet; each one does when it starts.')
+        return Result(Code.SUCCESS, '%s and %s alive.' % (
+            _plural(len(conductors), 'conductor', 'conductors'),
+            _plural(len(live.get(services_db.AGENT, [])), 'agent',
+                    'agents')))
+
     _upgrade_checks = (
         ('Database schema', _check_schema),
         ('Policy file', _check_policy_file),
         ('Placement API', _check_placement),
         ('Stale accelerator requests', _check_stale_arqs),
         ('Online data migrations', _check_online_migrations),
+        ('Services', _check_services),
     )
+
+
+def _names(hosts, shown=10):
+    hosts = sorted(hosts)
+    text = ', '.join(hosts[:shown])
+    if len(hosts) > shown:
+        text += ' and %d more' % (len(hosts) - shown)
+    return text
 
 
 def _is_json(text):

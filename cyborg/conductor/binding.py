@@ -88,8 +88,10 @@ def _same_host(a, b):
 class Binder:
     """The conductor's part of the ARQ life cycle."""
 
-    def __init__(self, conf, agent, nova=None, glance=None, owner=None):
+    def __init__(self, conf, agent, nova=None, glance=None, owner=None,
+                 membership=None):
         self.conf = conf
+        self.membership = membership
         self.agent = agent
         self.nova = nova
         self.glance = glance

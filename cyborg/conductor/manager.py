@@ -2,6 +2,14 @@
 
 The endpoints are thin: ``HostSync`` (``host_sync.py``) does the work of
 each call, the database diff and the Placement sync.
+
+Each conductor heartbeats into the ``services`` table and sees the live
+conductors as a hash ring (``membership.py``). A host's reports belong to
+its owner on the ring: a conductor that gets a report for a host it does
+not own passes it to the owner, once (a forwarded report is never
+forwarded again), and handles it itself if the owner does not answer in
+``FORWARD_TIMEOUT``. Its answer names who handled it and the owner, so
+that the agent sends the next one straight there.
 """
 
 import contextlib
@@ -15,12 +23,15 @@ from cyborg import context as cyborg_context
 from cyborg import exception
 from cyborg import rpc
 from cyborg import service
+from cyborg import version as cyborg_version
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.clients import placement as placement_client
 from cyborg.conductor import binding
 from cyborg.conductor import host_sync
+from cyborg.conductor import membership as membership_mod
 from cyborg.conductor import rpcapi
 from cyborg.db import session
+from cyborg.db.api import services as services_db
 from cyborg.objects import inventory as inventory_objects
 
 LOG = log.getLogger(__name__)
@@ -30,28 +41,77 @@ LOG = log.getLogger(__name__)
 # to server ... failed" through as SQLAlchemy's OperationalError.
 DATABASE_DOWN = (db_exception.DBConnectionError, sa.exc.OperationalError)
 
+# Seconds a conductor waits for a report's owner before handling the
+# report itself: well inside the agent's [agent] report_timeout (60 s).
+FORWARD_TIMEOUT = 20
+
 
 class ConductorManager:
     """RPC endpoints of ``rpcapi.ConductorAPI``."""
 
     target = messaging.Target(version=rpcapi.VERSION)
 
-    def __init__(self, sync, binder=None):
+    def __init__(self, sync, binder=None, membership=None, peers=None,
+                 forward_timeout=FORWARD_TIMEOUT):
         self.sync = sync
         self.binder = binder
+        # Without a membership (tests of one conductor) every report is
+        # handled here; ``peers`` is the ConductorAPI to forward with.
+        self.membership = membership
+        self.peers = peers
+        self.forward_timeout = forward_timeout
 
     # An outage of the database is expected now and then: the caller gets
     # the error and this log a one-line warning, not a traceback per call.
     @messaging.expected_exceptions(*DATABASE_DOWN)
     def report_host_inventory(self, context, inventory,
-                              compute_node_names=None):
+                              compute_node_names=None, forwarded=False):
+        hostname = inventory['hostname']
         # A 1.0 agent sends no names: its compute node is found under its
         # host name.
-        names = compute_node_names or [inventory['hostname']]
-        with _database_outage('the report of host %s' % inventory['hostname']):
-            return self.sync.report(
+        names = compute_node_names or [hostname]
+        owner = self._owner_of(hostname)
+        if (not forwarded and owner is not None
+                and owner != self.membership.host
+                and self.peers is not None):
+            answer = self._forward(context, inventory, names, owner)
+            if answer is not None:
+                return answer
+        with _database_outage('the report of host %s' % hostname):
+            summary = self.sync.report(
                 context, inventory_objects.HostInventory.from_dict(inventory),
                 names)
+        summary['conductor'] = (self.membership.host
+                                if self.membership is not None else None)
+        summary['owner'] = owner
+        return summary
+
+    def _owner_of(self, hostname):
+        if self.membership is None:
+            return None
+        return self.membership.owner_of(hostname)
+
+    def _forward(self, context, inventory, names, owner):
+        """The owner's answer to the report; None if it did not answer."""
+        try:
+            return self.peers.report_host_inventory(
+                context, inventory, names, server=owner, forwarded=True,
+                timeout=self.forward_timeout)
+        except (messaging.MessagingTimeout,
+                messaging.MessageDeliveryFailure) as exc:
+            problem = service.describe_error(exc)
+        LOG.warning('Conductor %s did not take the report of host %s (%s); '
+                    'handling it here', owner, inventory['hostname'], problem)
+        return None
+
+    @messaging.expected_exceptions(*DATABASE_DOWN)
+    def agent_heartbeat(self, context, host, version=None, rpc_version=None,
+                        **kwargs):
+        # A cast: a newer agent may send more (health, usage) than this
+        # conductor reads; the rest is ignored.
+        with _database_outage('the heartbeat of agent %s' % host):
+            services_db.heartbeat(context, host, services_db.AGENT,
+                                  version, rpc_version)
 
     @messaging.expected_exceptions(*DATABASE_DOWN)
     def set_device_status(self, context, device_uuid, status):
@@ -128,6 +188,11 @@ class ConductorService(service.Service):
         self._nova = nova
         self._glance = glance
         self.manager = None
+        self.membership = None
+        # Callables run with (joined, left) when the live conductors
+        # change, on the heartbeat's thread: the recovery of the hosts
+        # this conductor took over starts there.
+        self.ring_change_hooks = []
 
     def on_start(self):
         conf = self.conf
@@ -147,15 +212,28 @@ class ConductorService(service.Service):
         transport = self._shared_transport
         if transport is None:
             transport = self.kept_transport(conf)
+        context = cyborg_context.admin_context(db)
+        self.membership = membership_mod.Membership(
+            context, conf.host, conf.service_down_time)
+        heartbeat = membership_mod.Heartbeat(
+            context, self.membership, cyborg_version.package_version(),
+            rpcapi.VERSION, self.ring_change_hooks)
+        # In the ring before serving: the first reports and binds routed
+        # here find this conductor among the live ones.
+        self.wait_for('the first heartbeat', heartbeat.beat)
+        if self.stopping:
+            return
         binder = binding.Binder(
             conf,
             agent_rpcapi.AgentAPI(transport,
                                   timeout=conf.conductor.agent_timeout),
             nova=self._nova if self._nova is not None else _nova(conf),
             glance=(self._glance if self._glance is not None
-                    else _glance(conf)))
-        self.manager = ConductorManager(host_sync.HostSync(placement),
-                                        binder)
+                    else _glance(conf)),
+            membership=self.membership)
+        self.manager = ConductorManager(
+            host_sync.HostSync(placement), binder, self.membership,
+            rpcapi.ConductorAPI(transport))
         server = rpc.get_server(transport, rpc.CONDUCTOR_TOPIC, conf.host,
                                 [self.manager], db=db)
         server.start()
@@ -163,7 +241,9 @@ class ConductorService(service.Service):
         # Runs first on stop: binds cut short from then on stay
         # BindStarted for the next start instead of failing.
         self.on_stop(binder.stop)
-        context = cyborg_context.admin_context(db)
+        self.add_periodic('heartbeat', conf.heartbeat_interval,
+                          _logged_outage(heartbeat.beat, 'the heartbeat'),
+                          initial_delay=conf.heartbeat_interval)
         # Binds this conductor owned when it last stopped come first; then
         # a periodic pass fails those of conductors that died.
         self.add_periodic('bind-recovery', conf.conductor.recovery_interval,
@@ -185,6 +265,17 @@ class _Recovery:
         except DATABASE_DOWN as exc:
             LOG.warning('cyborg-conductor: recovery waits for the database: '
                         '%s', service.describe_error(exc))
+
+
+def _logged_outage(func, what):
+    """``func`` for a periodic task: a database outage is one warning."""
+    def run():
+        try:
+            func()
+        except DATABASE_DOWN as exc:
+            LOG.warning('cyborg-conductor: %s waits for the database: %s',
+                        what, service.describe_error(exc))
+    return run
 
 
 def _nova(conf):

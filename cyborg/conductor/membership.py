@@ -8,6 +8,12 @@ sync, the binds and recovery of its deployables. When a conductor joins
 or dies the ring moves and only the hosts of the changed part change
 owner; every process that reads the same live set computes the same
 owner, so no coordination service is needed beyond the database.
+
+``Heartbeat`` is the conductor's periodic task: it writes the conductor's
+own row, reads the live set again and, when it changed, logs who joined
+and who left and runs the hooks registered for a moved ring (recovery of
+the hosts taken over), so that a new owner takes over at once rather than
+at its next periodic pass.
 """
 
 # First: the warning filter for futurist's eventlet import (tooz imports
@@ -17,9 +23,12 @@ from cyborg import service  # noqa: F401, I001
 import threading
 import time
 
+from oslo_log import log
 from tooz import hashring
 
 from cyborg.db.api import services as services_db
+
+LOG = log.getLogger(__name__)
 
 # Partitions of the ring: enough that 3 to 10 conductors share hosts
 # evenly (Ironic uses 2**5 by default).
@@ -111,3 +120,44 @@ class SoleMembership:
 
     def is_alive(self, conductor):
         return True
+
+
+class Heartbeat:
+    """One conductor's heartbeat and its view of the ring.
+
+    ``beat`` records this conductor alive (``binary`` on ``host`` with
+    its package and RPC versions), refreshes ``membership`` and, when
+    the live set changed, calls every ``hooks`` callable with the sets
+    of conductors that joined and left. A hook that fails is logged and
+    the others still run.
+    """
+
+    def __init__(self, context, membership, version, rpc_version,
+                 hooks=()):
+        self.context = context
+        self.membership = membership
+        self.version = version
+        self.rpc_version = rpc_version
+        self.hooks = hooks
+
+    def beat(self):
+        services_db.heartbeat(self.context, self.membership.host,
+                              services_db.CONDUCTOR, self.version,
+                              self.rpc_version)
+        joined, left = self.membership.refresh()
+        if joined or left:
+            self.ring_moved(joined, left)
+        return joined, left
+
+    def ring_moved(self, joined, left):
+        live = self.membership.live
+        LOG.info('Conductor ring changed: joined %s, left %s; %d live '
+                 'conductors: %s', ', '.join(sorted(joined)) or 'none',
+                 ', '.join(sorted(left)) or 'none', len(live),
+                 ', '.join(live) or 'none')
+        for hook in list(self.hooks):
+            try:
+                hook(joined, left)
+            except Exception:
+                LOG.exception('Ring change hook %s failed',
+                              getattr(hook, '__qualname__', hook))

@@ -7,9 +7,10 @@ from cyborg.policies import attribute
 from cyborg.policies import deployable
 from cyborg.policies import device
 from cyborg.policies import device_profile
+from cyborg.policies import service
 
 
 def list_rules():
     return list(itertools.chain(
         device_profile.rules, arq.rules, device.rules, deployable.rules,
-        attribute.rules))
+        attribute.rules, service.rules))

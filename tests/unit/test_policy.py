@@ -73,6 +73,7 @@ CONTRACT = {
     'cyborg:deployable:program': ADMINS,
     'cyborg:attribute:create': ADMINS,
     'cyborg:attribute:delete': ADMINS,
+    'cyborg:service:get_all': ADMINS,
 }
 
 # Before the new defaults, reads and ARQ writes were open to any

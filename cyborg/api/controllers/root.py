@@ -10,6 +10,7 @@ from cyborg.api.controllers.v2 import attributes
 from cyborg.api.controllers.v2 import deployables
 from cyborg.api.controllers.v2 import device_profiles
 from cyborg.api.controllers.v2 import devices
+from cyborg.api.controllers.v2 import services
 
 
 def _version(request, href):
@@ -29,6 +30,7 @@ class V2Controller:
     deployables = deployables.DeployablesController()
     attributes = attributes.AttributesController()
     accelerator_requests = arqs.AcceleratorRequestsController()
+    services = services.ServicesController()
 
     @expose.json()
     def index(self):

@@ -172,12 +172,13 @@ def _refusal(session, uuid, project_id, event):
         'again.' % uuid, code='cyborg.arq.changed')
 
 
-def start_binding(context, bindings, project_id=None):
+def start_binding(context, bindings, project_id=None, conductor=None):
     """Move every ARQ of ``bindings`` to BindStarted, or none of them.
 
     ``bindings`` maps an ARQ uuid to its ``hostname``,
     ``device_rp_uuid``, ``instance_uuid`` and, optionally, the
-    ``project_id`` it is given to.
+    ``project_id`` it is given to. ``conductor`` is the conductor the
+    bind is sent to (their host's owner), recorded as the bind's owner.
     """
     now = models.utcnow()
     with context.db.writer(context) as session:
@@ -198,7 +199,7 @@ def start_binding(context, bindings, project_id=None):
                       'hostname': binding['hostname'],
                       'device_rp_uuid': binding['device_rp_uuid'],
                       'instance_uuid': binding['instance_uuid'],
-                      'bind_started_at': now, 'bind_conductor': None,
+                      'bind_started_at': now, 'bind_conductor': conductor,
                       'nova_event_pending': False}
             if binding.get('project_id') is not None:
                 values['project_id'] = binding['project_id']

@@ -335,6 +335,17 @@ def test_attributes(api, stored):
     assert deleted.body == b''
 
 
+def test_services(api, db):
+    from tests.functional.api.test_services import add_service
+    add_service(db, 'controller', 'cyborg-conductor', rpc_version='1.4')
+    add_service(db, HOST, 'cyborg-agent', rpc_version='1.1')
+    add_service(db, 'compute2', 'cyborg-agent', rpc_version='1.1',
+                age=3600)
+    check('services-list-resp.json', api.get(
+        '/v2/services', headers={**ADMIN, **version('2.4')},
+        status=200).json)
+
+
 def test_errors(api):
     bad = [{**NEW_PROFILE[0], 'groups': [{'resources:FPGA': '0'}]}]
     check('error-400-resp.json', api.post_json(

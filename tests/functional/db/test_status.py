@@ -33,6 +33,7 @@ POLICY = 'Policy file'
 PLACEMENT = 'Placement API'
 STALE = 'Stale accelerator requests'
 ONLINE = 'Online data migrations'
+SERVICES = 'Services'
 
 SUCCESS, WARNING, FAILURE = 0, 1, 2
 
@@ -102,9 +103,9 @@ def test_a_ready_deployment_passes(db_url, placement_url, tmp_path):  # noqa: F8
 
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    for name in (SCHEMA, POLICY, PLACEMENT, STALE, ONLINE):
+    for name in (SCHEMA, POLICY, PLACEMENT, STALE, ONLINE, SERVICES):
         assert 'Check: %s' % name in out
-    assert out.count('Result: Success') == 5
+    assert out.count('Result: Success') == 6
     assert 'Warning' not in out and 'Failure' not in out
     code, checks = _checks(config)
     assert code == 0
@@ -446,3 +447,70 @@ def test_pending_online_migrations_warn(database_url, placement_url,  # noqa: F8
 
     code, checks = _checks(config)
     assert code == 0, checks
+
+
+# --- services ---------------------------------------------------------------
+
+def _add_services(url, rows):
+    """``(host, binary, rpc_version, seconds since the heartbeat)``."""
+    engine = sa.create_engine(url)
+    table = models.Service.__table__
+    with engine.begin() as connection:
+        for host, binary, rpc_version, age in rows:
+            connection.execute(table.insert().values(
+                host=host, binary=binary, version='1.0',
+                rpc_version=rpc_version,
+                last_seen_at=_ago(age), created_at=_ago(age)))
+    engine.dispose()
+
+
+def test_services_all_alive_pass(sqlite_db_url, tmp_path):
+    _add_services(sqlite_db_url, [
+        ('ctl-1', 'cyborg-conductor', '1.4', 1),
+        ('ctl-2', 'cyborg-conductor', '1.4', 5),
+        ('compute-1', 'cyborg-agent', '1.1', 2)])
+
+    code, checks = _checks(_config(tmp_path, sqlite_db_url))
+
+    assert checks[SERVICES] == (SUCCESS, '2 conductors and 1 agent alive.')
+
+
+def test_services_before_any_registered_pass(sqlite_db_url, tmp_path):
+    code, checks = _checks(_config(tmp_path, sqlite_db_url))
+    assert checks[SERVICES] == (SUCCESS, 'No conductor or agent has '
+                                'registered yet; each one does when it '
+                                'starts.')
+
+
+def test_dead_services_and_mixed_rpc_versions_warn(sqlite_db_url, tmp_path):
+    _add_services(sqlite_db_url, [
+        ('ctl-1', 'cyborg-conductor', '1.4', 1),
+        ('ctl-2', 'cyborg-conductor', '1.3', 1),
+        ('ctl-3', 'cyborg-conductor', '1.4', 600),
+        ('compute-1', 'cyborg-agent', '1.1', 2),
+        ('compute-2', 'cyborg-agent', '1.1', 90)])
+
+    code, checks = _checks(_config(tmp_path, sqlite_db_url))
+
+    assert checks[SERVICES] == (WARNING, (
+        '1 cyborg-conductor sent no heartbeat within 30 s: ctl-3. The live '
+        'cyborg-conductors speak different RPC versions (1.3, 1.4): finish '
+        'upgrading them. 1 cyborg-agent sent no heartbeat within 30 s: '
+        'compute-2.'))
+
+
+def test_no_live_conductor_fails(sqlite_db_url, tmp_path):
+    _add_services(sqlite_db_url, [
+        ('ctl-2', 'cyborg-conductor', '1.4', 100),
+        ('ctl-1', 'cyborg-conductor', '1.4', 400),
+        ('compute-1', 'cyborg-agent', '1.1', 2)])
+    config = _config(tmp_path, sqlite_db_url,
+                     extra='[DEFAULT]\nservice_down_time = 60\n')
+
+    code, checks = _checks(config)
+
+    assert checks[SERVICES] == (FAILURE, (
+        'No cyborg-conductor is alive: none has sent a heartbeat within '
+        '[DEFAULT] service_down_time (60 s); the last ones were ctl-1, '
+        'ctl-2. Reports, binds and recovery wait for a conductor: start '
+        'one.'))

@@ -92,6 +92,18 @@ def _require_service_token(request, what):
         raise db.ServiceTokenRequired('%s requires a service token.' % what)
 
 
+def _owners(request, bindings):
+    """``{conductor: [arq uuid, ...]}``: each ARQ goes to the owner of
+    its host on the conductors' ring; to None (any conductor) when no
+    conductor is alive."""
+    membership = request.app_state.membership
+    owners = {}
+    for uuid, binding in bindings.items():
+        owner = membership.owner_of(binding['hostname'])
+        owners.setdefault(owner, []).append(uuid)
+    return owners
+
+
 # -- PATCH bodies -----------------------------------------------------------
 
 def _patches(body, item_uuid=None):
@@ -289,8 +301,12 @@ class AcceleratorRequestsController(resource.ResourceController):
                         'request to another project (/project_id).',
                         code='cyborg.arq.project_forbidden')
             _require_service_token(request, 'Binding accelerator requests')
-            db.start_binding(request.context, bindings, scope)
-            self._cast_bind(request, list(bindings))
+            owners = _owners(request, bindings)
+            db.start_binding(request.context, bindings, scope,
+                             conductor=(next(iter(owners))
+                                        if len(owners) == 1 else None))
+            for owner, uuids in owners.items():
+                self._cast_bind(request, uuids, owner)
         else:
             _require_service_token(request, 'Unbinding accelerator requests')
             uuids = list(patches)
@@ -306,9 +322,10 @@ class AcceleratorRequestsController(resource.ResourceController):
         pecan.response.status = 202
 
     @staticmethod
-    def _cast_bind(request, uuids):
+    def _cast_bind(request, uuids, owner):
         try:
-            request.app_state.conductor.bind_arqs(request.context, uuids)
+            request.app_state.conductor.bind_arqs(request.context, uuids,
+                                                  server=owner)
         except Exception:
             # Nothing will bind them: fail them now rather than let Nova
             # wait for events that recovery would send much later.

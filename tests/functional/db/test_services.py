@@ -1,0 +1,171 @@
+"""The services table on the three engines, and the conductors' hash ring
+read from it (``cyborg.conductor.membership``)."""
+
+import datetime
+import logging
+
+from cyborg.conductor import membership as membership_mod
+from cyborg.db import models
+from cyborg.db.api import services as services_db
+
+CONDUCTOR, AGENT = services_db.CONDUCTOR, services_db.AGENT
+DOWN_AFTER = 30
+HOSTS = ['compute-%03d' % i for i in range(200)]
+
+
+def age(db, host, binary, seconds):
+    table = models.Service.__table__
+    with db.engine.begin() as connection:
+        connection.execute(table.update().where(
+            (table.c.host == host) & (table.c.binary == binary)).values(
+            last_seen_at=models.utcnow()
+            - datetime.timedelta(seconds=seconds)))
+
+
+def rows(admin_context):
+    return {(r.host, r.binary): r
+            for r in services_db.list_services(admin_context)}
+
+
+def test_heartbeat_inserts_once_then_updates(admin_context, db):
+    services_db.heartbeat(admin_context, 'ctl-1', CONDUCTOR, '1.0', '1.4')
+    first = rows(admin_context)[('ctl-1', CONDUCTOR)]
+    assert (first.version, first.rpc_version) == ('1.0', '1.4')
+    assert first.created_at is not None and first.updated_at is None
+
+    age(db, 'ctl-1', CONDUCTOR, 100)
+    services_db.heartbeat(admin_context, 'ctl-1', CONDUCTOR, '1.1')
+    again = rows(admin_context)[('ctl-1', CONDUCTOR)]
+
+    assert len(rows(admin_context)) == 1
+    assert again.id == first.id and again.created_at == first.created_at
+    assert again.last_seen_at > first.last_seen_at - datetime.timedelta(
+        seconds=1)
+    # A heartbeat without an RPC version keeps the one recorded.
+    assert (again.version, again.rpc_version) == ('1.1', '1.4')
+    assert again.updated_at is not None
+
+
+def test_same_host_two_binaries_are_two_rows(admin_context):
+    services_db.heartbeat(admin_context, 'h', CONDUCTOR)
+    services_db.heartbeat(admin_context, 'h', AGENT)
+    assert sorted(rows(admin_context)) == [('h', AGENT), ('h', CONDUCTOR)]
+    assert [r.binary for r in services_db.list_services(
+        admin_context, binary=AGENT)] == [AGENT]
+
+
+def test_live_hosts_leaves_out_old_heartbeats(admin_context, db):
+    for host in ('ctl-b', 'ctl-a', 'ctl-c'):
+        services_db.heartbeat(admin_context, host, CONDUCTOR)
+    services_db.heartbeat(admin_context, 'compute', AGENT)
+    age(db, 'ctl-c', CONDUCTOR, DOWN_AFTER + 5)
+
+    assert services_db.live_hosts(admin_context, CONDUCTOR,
+                                  DOWN_AFTER) == ['ctl-a', 'ctl-b']
+    assert services_db.live_hosts(admin_context, AGENT,
+                                  DOWN_AFTER) == ['compute']
+    dead = rows(admin_context)[('ctl-c', CONDUCTOR)]
+    assert not services_db.is_alive(dead, DOWN_AFTER)
+    assert services_db.is_alive(dead, DOWN_AFTER + 60)
+
+
+def test_forget_removes_the_row(admin_context):
+    services_db.heartbeat(admin_context, 'ctl-1', CONDUCTOR)
+    assert services_db.forget(admin_context, 'ctl-1', CONDUCTOR) == 1
+    assert services_db.live_hosts(admin_context, CONDUCTOR, DOWN_AFTER) == []
+
+
+# -- the ring -----------------------------------------------------------------
+
+def _membership(admin_context, host='api'):
+    membership = membership_mod.Membership(admin_context, host, DOWN_AFTER)
+    membership.refresh()
+    return membership
+
+
+def test_two_readers_of_the_same_rows_agree(admin_context):
+    for host in ('ctl-1', 'ctl-2', 'ctl-3'):
+        services_db.heartbeat(admin_context, host, CONDUCTOR)
+    one = _membership(admin_context, 'ctl-1')
+    other = _membership(admin_context, 'api')
+
+    owners = {h: one.owner_of(h) for h in HOSTS}
+    assert owners == {h: other.owner_of(h) for h in HOSTS}
+    # Every conductor gets a share of the hosts.
+    assert set(owners.values()) == {'ctl-1', 'ctl-2', 'ctl-3'}
+    assert one.owns(next(h for h in HOSTS if owners[h] == 'ctl-1'))
+    assert not one.owns(next(h for h in HOSTS if owners[h] == 'ctl-2'))
+
+
+def test_a_conductor_leaving_moves_only_its_hosts(admin_context, db):
+    for host in ('ctl-1', 'ctl-2', 'ctl-3'):
+        services_db.heartbeat(admin_context, host, CONDUCTOR)
+    membership = _membership(admin_context)
+    before = {h: membership.owner_of(h) for h in HOSTS}
+
+    age(db, 'ctl-2', CONDUCTOR, DOWN_AFTER + 1)
+    joined, left = membership.refresh()
+    after = {h: membership.owner_of(h) for h in HOSTS}
+
+    assert (joined, left) == (set(), {'ctl-2'})
+    assert membership.live == ('ctl-1', 'ctl-3')
+    moved = {h for h in HOSTS if before[h] != after[h]}
+    assert moved == {h for h in HOSTS if before[h] == 'ctl-2'}
+    assert set(after.values()) == {'ctl-1', 'ctl-3'}
+
+    # It comes back: its hosts come back to it, and only those.
+    services_db.heartbeat(admin_context, 'ctl-2', CONDUCTOR)
+    assert membership.refresh() == ({'ctl-2'}, set())
+    assert {h: membership.owner_of(h) for h in HOSTS} == before
+
+
+def test_no_live_conductor_means_no_owner(admin_context, db):
+    membership = _membership(admin_context, 'ctl-1')
+    assert membership.owner_of('compute-1') is None
+    # Before its first heartbeat is read, a conductor acts for every host.
+    assert membership.owns('compute-1')
+
+    services_db.heartbeat(admin_context, 'ctl-1', CONDUCTOR)
+    age(db, 'ctl-1', CONDUCTOR, DOWN_AFTER + 1)
+    membership.refresh()
+    assert membership.owner_of('compute-1') is None
+    assert not membership.is_alive('ctl-1')
+
+
+def test_current_reads_again_only_after_max_age(admin_context):
+    membership = membership_mod.Membership(admin_context, 'api', DOWN_AFTER,
+                                           max_age=3600)
+    assert membership.current().live == ()
+    services_db.heartbeat(admin_context, 'ctl-1', CONDUCTOR)
+    assert membership.current().live == ()
+    membership.max_age = 0
+    assert membership.current().live == ('ctl-1',)
+
+
+def test_heartbeat_logs_the_change_and_runs_the_hooks(admin_context, db,
+                                                      caplog):
+    services_db.heartbeat(admin_context, 'ctl-2', CONDUCTOR)
+    calls = []
+
+    def broken(joined, left):
+        raise RuntimeError('a broken hook')
+
+    membership = membership_mod.Membership(admin_context, 'ctl-1',
+                                           DOWN_AFTER)
+    heartbeat = membership_mod.Heartbeat(
+        admin_context, membership, '1.0', '1.4',
+        [broken, lambda joined, left: calls.append((joined, left))])
+    with caplog.at_level(logging.INFO, 'cyborg.conductor.membership'):
+        assert heartbeat.beat() == ({'ctl-1', 'ctl-2'}, set())
+        assert heartbeat.beat() == (set(), set())
+        age(db, 'ctl-2', CONDUCTOR, DOWN_AFTER + 1)
+        heartbeat.beat()
+
+    assert calls == [({'ctl-1', 'ctl-2'}, set()), (set(), {'ctl-2'})]
+    own = rows(admin_context)[('ctl-1', CONDUCTOR)]
+    assert (own.version, own.rpc_version) == ('1.0', '1.4')
+    changes = [r.getMessage() for r in caplog.records
+               if 'ring changed' in r.getMessage()]
+    assert changes[-1] == ('Conductor ring changed: joined none, left '
+                           'ctl-2; 1 live conductors: ctl-1')
+    assert any('a broken hook' in (r.exc_text or '') for r in caplog.records)
