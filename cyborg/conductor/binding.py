@@ -156,13 +156,18 @@ class Binder:
         orphans = {}  # previous owner (None: nobody) -> [uuid]
         for row in db.binds_in_progress(context):
             owner = row.bind_conductor
-            if owner == self.owner or not membership.owns(row.hostname or ''):
-                continue
-            if owner is None:
-                if row.bind_started_at is None or (
-                        row.bind_started_at >= cutoff):
-                    continue  # queued for a conductor: its cast comes
-            elif membership.is_alive(owner):
+            claimed = row.bind_deadline is not None
+            if owner == self.owner and claimed:
+                continue  # resume's
+            if owner is None or owner == self.owner:
+                # Queued for a conductor (this one, or whichever takes the
+                # cast): its cast comes, unless it was lost long ago.
+                if (not membership.owns(row.hostname or '')
+                        or row.bind_started_at is None
+                        or row.bind_started_at >= cutoff):
+                    continue
+            elif (membership.is_alive(owner)
+                  or not membership.owns(row.hostname or '')):
                 continue
             orphans.setdefault(owner, []).append(row.uuid)
         taken = 0
@@ -173,7 +178,7 @@ class Binder:
             if not work:
                 continue
             taken += len(work)
-            if previous is None:
+            if previous is None or previous == self.owner:
                 LOG.warning('Taking over %d binds that no conductor claimed '
                             'within %d s: %s', len(work), self.bind_timeout,
                             ', '.join(i['uuid'] for i in work))

@@ -289,11 +289,14 @@ def binds_in_progress(context):
 
 
 def unfinished_binds(context, conductor):
-    """The BindStarted ARQs this conductor owns (after its restart)."""
+    """The BindStarted ARQs this conductor claimed (after its restart);
+    not those the API addressed to it that it has not claimed yet: their
+    casts wait in the queue."""
     with context.db.writer(context) as session:
         return _bind_work(session, sa.and_(
             ARQ.state == states.BIND_STARTED,
-            ARQ.bind_conductor == conductor))
+            ARQ.bind_conductor == conductor,
+            ARQ.bind_deadline.is_not(None)))
 
 
 def _bind_work(session, where):
