@@ -75,9 +75,9 @@ class RecordingNova:
     def notify_bound(self, events):
         with self._lock:
             self.events.extend(events)
-        return {e.instance_uuid: nova_client.Delivery(delivered=True,
-                                                      attempts=1, status=200)
-                for e in events}
+        return {e.instance_uuid: nova_client.Delivery(
+            e.instance_uuid, delivered=True, attempts=1, status=200)
+            for e in events}
 
     def seen(self):
         """``(instance, arq, ok)`` of each event so far, sorted."""

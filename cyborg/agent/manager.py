@@ -35,6 +35,7 @@ import socket
 import tempfile
 import threading
 import time
+import uuid
 
 from keystoneauth1 import exceptions as ks_exceptions
 from oslo_log import log
@@ -110,6 +111,14 @@ def _address_text(info):
         return repr(info)
 
 
+def _uuid_hex(value):
+    text = str(value).strip().lower()
+    try:
+        return uuid.UUID(text).hex
+    except ValueError:
+        return text
+
+
 def _image_file_name(image_id):
     return re.sub(r'[^A-Za-z0-9_.-]', '_', str(image_id)).lstrip('.')
 
@@ -147,6 +156,9 @@ class AgentManager:
         self._glance_lock = threading.Lock()
         self._program_locks = {}  # (driver name, address) -> Lock
         self._program_locks_lock = threading.Lock()
+        # (driver name, address) -> bitstream id this agent loaded last.
+        self._loaded = {}
+        self._loaded_lock = threading.Lock()
         self.request_report = request_report or self._report_on_a_thread
 
     # -- RPC endpoint -------------------------------------------------
@@ -189,18 +201,36 @@ class AgentManager:
             raise agent_rpcapi.AgentError(
                 'A bitstream is {"image_id", "properties"}, not %r'
                 % (bitstream,))
-        glance = self._glance_client()
-        with (self._program_lock(driver_name, address),
-              tempfile.TemporaryDirectory(
-                  prefix='cyborg-bitstream-') as directory):
-            path = pathlib.Path(directory) / (
-                _image_file_name(image_id) + driver.bitstream_suffix)
-            self._download(glance, image_id, path)
-            LOG.info('Programming FPGA %s of %s with image %s (%s, function '
-                     '%s)', address, driver_name, image_id,
-                     properties.get('bs-name'),
-                     properties.get('function_uuid'))
-            driver.program(device, path, properties)
+        wanted = properties.get('bs-uuid') or image_id
+        with self._program_lock(driver_name, address):
+            # Under the device's lock: a program of the same image that
+            # ran meanwhile (a bind resumed by another conductor asks
+            # again) has ended and been recorded.
+            if self._holds(driver, device.controlpath_info, wanted,
+                           properties.get('function_uuid')):
+                LOG.info('FPGA %s of %s already holds bitstream %s (image '
+                         '%s); not programming it again', address,
+                         driver_name, wanted, image_id)
+                return {'device': address, 'image_id': image_id,
+                        'function_uuid': properties.get('function_uuid'),
+                        'seconds': 0.0, 'programmed': False}
+            glance = self._glance_client()
+            with tempfile.TemporaryDirectory(
+                    prefix='cyborg-bitstream-') as directory:
+                path = pathlib.Path(directory) / (
+                    _image_file_name(image_id) + driver.bitstream_suffix)
+                self._download(glance, image_id, path)
+                LOG.info('Programming FPGA %s of %s with image %s (%s, '
+                         'function %s)', address, driver_name, image_id,
+                         properties.get('bs-name'),
+                         properties.get('function_uuid'))
+                with self._loaded_lock:
+                    # Unknown while the tool runs: a failed run may leave
+                    # the card half written.
+                    self._loaded.pop((driver_name, address), None)
+                driver.program(device, path, properties)
+                with self._loaded_lock:
+                    self._loaded[(driver_name, address)] = wanted
         seconds = time.monotonic() - started
         LOG.info('Programmed FPGA %s with image %s in %.1f s', address,
                  image_id, seconds)
@@ -208,7 +238,25 @@ class AgentManager:
         return {'device': address,
                 'image_id': image_id,
                 'function_uuid': properties.get('function_uuid'),
-                'seconds': round(seconds, 3)}
+                'seconds': round(seconds, 3),
+                'programmed': True}
+
+    def _holds(self, driver, controlpath_info, wanted, function_uuid):
+        """Whether this agent loaded ``wanted`` into the device last and
+        the device, as discovered now, still runs its function."""
+        address = _address_text(controlpath_info)
+        with self._loaded_lock:
+            if self._loaded.get((driver.name, address)) != wanted:
+                return False
+        if not function_uuid:
+            return True
+        device = self._find_device(driver, controlpath_info)
+        wanted_function = _uuid_hex(function_uuid)
+        return any(
+            _uuid_hex(f) == wanted_function
+            for deployable in device.deployables
+            for f in str((deployable.attributes or {}).get(
+                'function_uuid') or '').split(',') if f)
 
     def _driver(self, driver_name):
         for driver in self.drivers:
@@ -435,6 +483,25 @@ class DiscoveryFailed(Exception):
                          % (driver_name, service.describe_error(error)))
 
 
+class TimeoutsDoNotFit(ValueError):
+    """Timeouts of the configuration that contradict each other."""
+
+
+def check_timeouts(conf):
+    """The vendor tool must end before the conductor stops waiting for
+    the program call, or a card is still written after its bind failed.
+    The conductor's value is read from this host's configuration: keep
+    [conductor] agent_program_timeout the same on every host."""
+    tool = conf.agent.program_tool_timeout
+    call = conf.conductor.agent_program_timeout
+    if tool >= call:
+        raise TimeoutsDoNotFit(
+            '[agent] program_tool_timeout (%d s) must be shorter than '
+            '[conductor] agent_program_timeout (%d s), the time the '
+            'conductor waits for a program call, which also downloads the '
+            'bitstream.' % (tool, call))
+
+
 def placement_from_conf(conf):
     """A Placement client if ``[placement]`` says where it is, else None."""
     if not (conf.placement.auth_type or conf.placement.endpoint_override):
@@ -463,6 +530,7 @@ class AgentService(service.Service):
 
     def on_start(self):
         conf = self.conf
+        check_timeouts(conf)
         drivers = loader.load_drivers(conf, conf.agent.enabled_drivers,
                                       pci.PCIReader(conf.pci.sysfs_root))
         LOG.info('Accelerator drivers: %s',

@@ -72,13 +72,19 @@ def _as_answered(error):
 
 class AgentAPI:
 
-    def __init__(self, transport, timeout=None):
+    def __init__(self, transport, timeout=None, program_timeout=None):
         self._transport = transport
+        # Preparing or releasing a handle takes seconds; programming an
+        # FPGA (download and vendor tool) takes longer.
         self._timeout = timeout
+        self._program_timeout = (program_timeout if program_timeout
+                                 is not None else timeout)
 
-    def _call(self, context, host, version, method, **kwargs):
+    def _call(self, context, host, version, method, timeout=None,
+              **kwargs):
         client = rpc.get_client(self._transport, rpc.AGENT_TOPIC, VERSION,
-                                server=host, timeout=self._timeout)
+                                server=host,
+                                timeout=timeout or self._timeout)
         try:
             return client.prepare(version=version).call(context, method,
                                                         **kwargs)
@@ -127,6 +133,7 @@ class AgentAPI:
         'function_uuid', 'seconds'}``.
         """
         return self._call(context, host, '1.1', 'program',
+                          timeout=self._program_timeout,
                           driver_name=driver_name,
                           controlpath_info=controlpath_info,
                           bitstream=bitstream)

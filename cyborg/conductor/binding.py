@@ -14,18 +14,32 @@ gets the cast claims them (``bind_conductor``), then for each:
    Nova's event marked pending in the same transaction.
 
 Then Nova gets one ``os-server-external-events`` call per instance, from
-the conductor that finished the binds. An event Nova did not get stays
-pending; ``recover`` sends it again once it is older than ``[conductor]
-nova_event_retry_after`` (claimed first, so that no two conductors send
-it), fails binds that outlived ``[conductor] bind_timeout`` (their
-conductor died) and finishes deletions left half done. Each recovery
-pass first resumes this conductor's binds that no thread of the process
-is running: those a crash or a reload cut short.
+the conductor that finished the binds.
+
+Ownership: a conductor claims the ARQs of its cast (``bind_conductor``),
+each with a deadline ``[conductor] bind_timeout`` away, renewed as the
+ARQ's own bind starts: ARQs bound one after another each get the whole
+time. Recovery (``recovery.py``) fails a bind only once its deadline has
+passed; a bind whose conductor is dead (its heartbeat expired) is taken
+over at once by the ring owner of its host, which claims it by
+compare-and-set and finishes it. A resumed bind repeats steps that
+already happened (the handle is kept, an mdev that exists is taken as
+it is, a card that holds the bitstream is not programmed again), so it
+ends as the first attempt would have. Binds queued for a conductor that
+has not claimed them yet are left alone.
+
+FPGA programming holds a reservation of the deployable
+(``reserve_deployable``), by a bind as by the operator's program call:
+one program at a time per card, none while another handle of the card
+is in use, and none when the card already holds the bitstream asked
+for.
 """
 
+import datetime
 import json
 import threading
 import time
+import uuid as uuidlib
 
 from oslo_log import log
 
@@ -33,9 +47,18 @@ from cyborg import exception
 from cyborg import service
 from cyborg import states
 from cyborg.conductor import bitstreams
+from cyborg.conductor import membership as membership_module
+from cyborg.db import models
 from cyborg.db.api import arqs as db
 
 LOG = log.getLogger(__name__)
+
+# Tells this process's reservations from those of an earlier process of
+# the same conductor (a crash or restart left them).
+_PROCESS = uuidlib.uuid4().hex[:12]
+# How often a bind that waits for a card's reservation looks again.
+RESERVATION_POLL = 0.2
+
 
 class BindRefused(exception.Conflict):
     """Why a device cannot be bound or programmed now (an ARQ then ends
@@ -91,18 +114,24 @@ class Binder:
     def __init__(self, conf, agent, nova=None, glance=None, owner=None,
                  membership=None):
         self.conf = conf
-        self.membership = membership
         self.agent = agent
         self.nova = nova
         self.glance = glance
         self.owner = owner or conf.host
+        self.membership = (membership if membership is not None
+                           else membership_module.SoleMembership(self.owner))
         self.stopping = threading.Event()
+
+    @property
+    def bind_timeout(self):
+        return self.conf.conductor.bind_timeout
 
     # -- binding ---------------------------------------------------------
 
     def bind(self, context, arq_uuids):
         """Bind the BindStarted ARQs of ``arq_uuids`` (the API's cast)."""
-        work = db.claim_binds(context, arq_uuids, self.owner)
+        work = db.claim_binds(context, arq_uuids, self.owner,
+                              self.bind_timeout)
         self._bind_all(context, work)
 
     def resume(self, context):
@@ -116,6 +145,50 @@ class Binder:
                      len(work))
             self._bind_all(context, work)
 
+    def take_over(self, context):
+        """Claim and finish the binds of dead conductors on the hosts this
+        conductor owns on the ring, and binds never claimed by anyone
+        for longer than ``bind_timeout`` (their cast was lost). Returns
+        how many it took."""
+        membership = self.membership.current()
+        cutoff = models.utcnow() - datetime.timedelta(
+            seconds=self.bind_timeout)
+        orphans = {}  # previous owner (None: nobody) -> [uuid]
+        for row in db.binds_in_progress(context):
+            owner = row.bind_conductor
+            claimed = row.bind_deadline is not None
+            if owner == self.owner and claimed:
+                continue  # resume's
+            if owner is None or owner == self.owner:
+                # Queued for a conductor (this one, or whichever takes the
+                # cast): its cast comes, unless it was lost long ago.
+                if (not membership.owns(row.hostname or '')
+                        or row.bind_started_at is None
+                        or row.bind_started_at >= cutoff):
+                    continue
+            elif (membership.is_alive(owner)
+                  or not membership.owns(row.hostname or '')):
+                continue
+            orphans.setdefault(owner, []).append(row.uuid)
+        taken = 0
+        for previous, uuids in orphans.items():
+            work = db.take_over_binds(context, uuids, previous, self.owner,
+                                      self.bind_timeout)
+            work = [item for item in work if item['uuid'] not in _IN_FLIGHT]
+            if not work:
+                continue
+            taken += len(work)
+            if previous is None or previous == self.owner:
+                LOG.warning('Taking over %d binds that no conductor claimed '
+                            'within %d s: %s', len(work), self.bind_timeout,
+                            ', '.join(i['uuid'] for i in work))
+            else:
+                LOG.warning('Taking over %d binds of conductor %s, which is '
+                            'dead: %s', len(work), previous,
+                            ', '.join(i['uuid'] for i in work))
+            self._bind_all(context, work)
+        return taken
+
     def stop(self):
         """The service is stopping: a bind that fails from now on is left
         BindStarted, for the next start to finish, instead of failed."""
@@ -123,9 +196,18 @@ class Binder:
 
     def _bind_all(self, context, work):
         mine = _IN_FLIGHT.enter([item['uuid'] for item in work])
+        work = [item for item in work if item['uuid'] in mine]
+        finished = []
         try:
-            finished = [self._bind_one(context, item) for item in work
-                        if item['uuid'] in mine]
+            for index, item in enumerate(work):
+                if index:
+                    # This ARQ's bind starts now: it and those after it
+                    # get bind_timeout from here (the claim stamped the
+                    # first one).
+                    db.renew_deadlines(
+                        context, [i['id'] for i in work[index:]],
+                        self.owner, self.bind_timeout)
+                finished.append(self._bind_one(context, item))
         finally:
             _IN_FLIGHT.leave(mine)
         # One call per instance, once all its ARQs of this cast are done.
@@ -192,38 +274,135 @@ class Binder:
         if deployable['device_status'] != 'enabled':
             raise BindRefused('The device of deployable %s is disabled.'
                               % deployable['name'])
-        handle = db.allocate_attach_handle(context, item['id'],
-                                           deployable['id'])
-        if handle is None:
-            raise BindRefused('Every attach handle of deployable %s on %s '
-                              'is in use.' % (deployable['name'],
-                                              deployable['hostname']))
+        request = bitstreams.requested(item['group'])
+        holder = None
+        if request is not None:
+            what = ('Device profile %s asks for a bitstream'
+                    % item['profile_name'])
+            self._check_programmable(deployable, what, BindRefused)
+            # Before the handle is taken: binds of one card that all ask
+            # for a bitstream take turns here instead of each seeing the
+            # others' handles in use.
+            holder = self._wait_for_reservation(context, deployable, item)
         try:
-            self._program_if_asked(context, item, deployable)
-            if handle['attach_type'] in db.PREPARED_ON_HOST:
-                self.agent.prepare_attach_handle(
-                    context, deployable['hostname'],
-                    deployable['driver_name'], _handle_payload(handle),
-                    item['uuid'])
-        except Exception:
-            # finish_binding(ok=False) frees the handle in the database;
-            # whatever the agent made of it goes too.
-            if handle['attach_type'] in db.PREPARED_ON_HOST:
-                self._release_quietly(context, deployable['hostname'],
-                                      deployable['driver_name'], handle,
-                                      item['uuid'])
-            raise
+            handle = db.allocate_attach_handle(context, item['id'],
+                                               deployable['id'])
+            if handle is None:
+                raise BindRefused('Every attach handle of deployable %s on '
+                                  '%s is in use.' % (deployable['name'],
+                                                     deployable['hostname']))
+            try:
+                if holder is not None:
+                    self._program_for_bind(context, item, deployable,
+                                           handle, request)
+                elif deployable['device_type'] == 'FPGA':
+                    self._check_not_reserved(context, deployable)
+                if handle['attach_type'] in db.PREPARED_ON_HOST:
+                    self.agent.prepare_attach_handle(
+                        context, deployable['hostname'],
+                        deployable['driver_name'], _handle_payload(handle),
+                        item['uuid'])
+            except Exception:
+                # finish_binding(ok=False) frees the handle in the
+                # database; whatever the agent made of it goes too.
+                if handle['attach_type'] in db.PREPARED_ON_HOST:
+                    self._release_quietly(context, deployable['hostname'],
+                                          deployable['driver_name'], handle,
+                                          item['uuid'])
+                raise
+        finally:
+            if holder is not None:
+                db.release_deployable(context, deployable['id'], holder)
         return handle, deployable
 
-    def _program_if_asked(self, context, item, deployable):
-        request = bitstreams.requested(item['group'])
-        if request is None:
-            return
-        what = 'Device profile %s asks for a bitstream' % item['profile_name']
-        self._check_programmable(deployable, what, BindRefused)
-        attributes, _ = db.programming_facts(context, deployable['id'])
+    # -- FPGA reservations and programming -------------------------------
+
+    @property
+    def _reservation_lifetime(self):
+        # A reservation outlives no bind: older ones were left by a
+        # conductor that died while it held one.
+        return self.bind_timeout
+
+    def _holder(self):
+        return '%s %s %s' % (self.owner, _PROCESS, uuidlib.uuid4().hex[:8])
+
+    def _breakable(self, holder):
+        """Whether a reservation was left by a process that is gone: an
+        earlier process of this conductor, or a dead conductor."""
+        try:
+            conductor, process, _ = holder.split(' ')
+        except (AttributeError, ValueError):
+            return False
+        if conductor == self.owner:
+            return process != _PROCESS
+        return not self.membership.is_alive(conductor)
+
+    def _reserve(self, context, deployable, holder):
+        """One attempt; who holds it instead, or None if taken."""
+        current = db.reservation_of(context, deployable['id'],
+                                    self._reservation_lifetime)
+        if current is not None and not self._breakable(current):
+            return current
+        if db.reserve_deployable(context, deployable['id'], holder,
+                                 self._reservation_lifetime,
+                                 expected=current):
+            return None
+        return db.reservation_of(context, deployable['id'],
+                                 self._reservation_lifetime) or 'another'
+
+    def _wait_for_reservation(self, context, deployable, item):
+        """Reserve the card for this bind, waiting for a program that
+        holds it to end (at most ``agent_program_timeout``)."""
+        holder = self._holder()
+        waited_until = (time.monotonic()
+                        + self.conf.conductor.agent_program_timeout)
+        while True:
+            other = self._reserve(context, deployable, holder)
+            if other is None:
+                break
+            if time.monotonic() >= waited_until or self.stopping.is_set():
+                raise BindRefused(
+                    'Deployable %s is being programmed (reserved by %s) and '
+                    'was not released within %d s.'
+                    % (deployable['name'], other.split(' ')[0],
+                       self.conf.conductor.agent_program_timeout))
+            time.sleep(RESERVATION_POLL)
+        # The bind really starts now: its deadline counts from here.
+        db.renew_deadlines(context, [item['id']], self.owner,
+                           self.bind_timeout)
+        return holder
+
+    def _check_not_reserved(self, context, deployable):
+        """A bind that programs nothing may not take a handle of a card
+        being programmed: its function is about to change."""
+        other = db.reservation_of(context, deployable['id'],
+                                  self._reservation_lifetime)
+        if other is not None and not self._breakable(other):
+            raise BindRefused('Deployable %s is being programmed; its '
+                              'function is about to change.'
+                              % deployable['name'])
+
+    def _program_for_bind(self, context, item, deployable, handle, request):
+        # Read again under the reservation: a program that held it
+        # before may have changed what the card holds.
+        deployable = db.deployable_for_binding(context,
+                                               uuid=deployable['uuid'])
+        attributes, in_use = db.programming_facts(
+            context, deployable['id'], except_handle=handle['id'])
         facts = bitstreams.FPGAFacts.from_device(deployable, attributes)
         image = bitstreams.choose_bitstream(self.glance, request, facts)
+        if holds(deployable, attributes, image):
+            LOG.info('Deployable %s already holds bitstream %s; ARQ %s '
+                     'needs no programming', deployable['name'],
+                     _bitstream_id(image), item['uuid'])
+            return
+        if in_use:
+            raise BindRefused(
+                'Device profile %s asks for bitstream %s, but deployable %s '
+                'holds another and %d of its other accelerators are in use; '
+                'programming it would pull them from under their '
+                'instances.' % (item['profile_name'], _bitstream_id(image),
+                                deployable['name'], in_use))
         self._program(context, deployable, image, 'ARQ %s' % item['uuid'])
 
     def program_deployable(self, context, deployable_uuid, image_uuid):
@@ -235,20 +414,33 @@ class Binder:
                                      % deployable_uuid)
         self._check_programmable(deployable, 'Programming was asked',
                                  ProgramRefused)
-        attributes, in_use = db.programming_facts(context, deployable['id'])
-        if in_use:
+        holder = self._holder()
+        other = self._reserve(context, deployable, holder)
+        if other is not None:
             raise ProgramRefused(
-                'Deployable %s has %d accelerators in use; programming it '
-                'would pull them from under their instances.'
-                % (deployable['name'], in_use))
-        image = self.glance.get_bitstream(image_uuid)
-        facts = bitstreams.FPGAFacts.from_device(deployable, attributes)
-        reason = bitstreams.mismatch(image, facts)
-        if reason:
-            raise ProgramRefused(
-                'Image %s does not fit deployable %s: it %s.'
-                % (image_uuid, deployable['name'], reason))
-        return self._program(context, deployable, image, 'the operator')
+                'Deployable %s is being programmed or bound by conductor '
+                '%s; try again once it is done.'
+                % (deployable['name'], other.split(' ')[0]))
+        try:
+            # Counted under the reservation: a bind that takes a handle
+            # from now on sees the reservation and backs off.
+            attributes, in_use = db.programming_facts(context,
+                                                      deployable['id'])
+            if in_use:
+                raise ProgramRefused(
+                    'Deployable %s has %d accelerators in use; programming '
+                    'it would pull them from under their instances.'
+                    % (deployable['name'], in_use))
+            image = self.glance.get_bitstream(image_uuid)
+            facts = bitstreams.FPGAFacts.from_device(deployable, attributes)
+            reason = bitstreams.mismatch(image, facts)
+            if reason:
+                raise ProgramRefused(
+                    'Image %s does not fit deployable %s: it %s.'
+                    % (image_uuid, deployable['name'], reason))
+            return self._program(context, deployable, image, 'the operator')
+        finally:
+            db.release_deployable(context, deployable['id'], holder)
 
     def _check_programmable(self, deployable, what, error):
         if deployable['device_type'] != 'FPGA':
@@ -269,8 +461,7 @@ class Binder:
             context, deployable['hostname'], deployable['driver_name'],
             controlpath, {'image_id': image['id'],
                           'properties': image['properties']})
-        db.record_bitstream(context, deployable['id'],
-                            image['properties'].get('bs-uuid') or image['id'])
+        db.record_bitstream(context, deployable['id'], _bitstream_id(image))
         return result
 
     def _release_quietly(self, context, host, driver_name, handle,
@@ -291,22 +482,28 @@ class Binder:
     def notify(self, context, events):
         """Tell Nova of ``events``, (instance, arq uuid, state) of ARQs
         this conductor moved to Bound or BindFailed: one call per
-        instance. What Nova got is no longer pending; the rest is sent
-        again by a later recovery pass."""
+        instance. What Nova got, or refused for good, is no longer
+        pending; the rest is sent again by a later recovery pass. Returns
+        the uuids of the ARQs still pending."""
         if not events:
-            return
+            return set()
         if self.nova is None:
             # No compute service to tell (the single-machine mode).
             db.events_delivered(context, [arq for _, arq, _ in events])
-            return
+            return set()
         from cyborg.clients import nova as nova_client
         results = self.nova.notify_bound(
             [nova_client.BoundEvent(instance, arq, state == states.BOUND)
              for instance, arq, state in events])
-        delivered = [arq for instance, arq, _ in events
-                     if _delivered(results.get(instance))]
-        if delivered:
-            db.events_delivered(context, delivered)
+        done, pending = [], set()
+        for instance, arq, _ in events:
+            if _settled(results.get(instance), instance, arq):
+                done.append(arq)
+            else:
+                pending.add(arq)
+        if done:
+            db.events_delivered(context, done)
+        return pending
 
     # -- unbinding and deleting -----------------------------------------
 
@@ -323,13 +520,18 @@ class Binder:
 
     def finish_deleting(self, context, arq_uuids):
         """Release and remove ARQs that the API moved to Deleting."""
-        failed = self._release_all(context, arq_uuids)
-        done = [u for u in arq_uuids if u not in failed]
-        db.finish_deleting(context, done)
+        failed = self.try_deleting(context, arq_uuids)
         if failed:
             raise BindRefused('Could not release the devices of accelerator '
                               'requests %s; they stay Deleting and are '
                               'tried again later.' % ', '.join(sorted(failed)))
+
+    def try_deleting(self, context, arq_uuids):
+        """``finish_deleting`` that returns the uuids it could not release
+        (they stay Deleting) instead of raising."""
+        failed = self._release_all(context, arq_uuids)
+        db.finish_deleting(context, [u for u in arq_uuids if u not in failed])
+        return failed
 
     def _release_all(self, context, arq_uuids):
         failed = set()
@@ -350,35 +552,61 @@ class Binder:
                 failed.add(row['uuid'])
         return failed
 
-    # -- recovery --------------------------------------------------------
+    # -- recovery (each step run by its own worker, recovery.py) ------
 
-    def recover(self, context):
-        """Fail binds whose conductor is gone, finish stale deletions and
-        resend Nova's pending events. Safe on every conductor at once:
-        each step is a compare-and-set."""
-        conductor = self.conf.conductor
-        failed = db.fail_stale_binds(context, conductor.bind_timeout)
+    def fail_overdue(self, context):
+        """Fail the binds whose own deadline has passed; tell Nova.
+        Returns the failed ARQs."""
+        failed = db.fail_overdue_binds(context)
         for arq in failed:
             LOG.warning('ARQ %s of instance %s: bind did not finish within '
                         '%d s; failed', arq['uuid'], arq['instance_uuid'],
-                        conductor.bind_timeout)
+                        self.bind_timeout)
         self.notify(context, [(a['instance_uuid'], a['uuid'],
                                states.BIND_FAILED) for a in failed])
-        stale = db.stale_deletions(context, conductor.bind_timeout)
-        if stale:
-            try:
-                self.finish_deleting(context, stale)
-            except BindRefused as exc:
-                LOG.warning('%s', exc.message)
-        unsent = db.claim_events(context, db.stale_events(
-            context, conductor.nova_event_retry_after))
-        if unsent:
-            LOG.info('Sending Nova %d events again', len(unsent))
-            self.notify(context, unsent)
+        return failed
 
 
-def _delivered(result):
-    return result is not None and getattr(result, 'delivered', False)
+def _settled(result, instance, arq):
+    """Whether Nova's answer ends the retries of one ARQ's event: it got
+    the event, or refused it in a way that a retry cannot change."""
+    from cyborg.clients import nova as nova_client
+    if result is None:
+        return False
+    if result.delivered:
+        # 422: the instance is not on a host yet; it may be later.
+        return result.event_codes.get(arq) != nova_client.EVENT_NO_HOST
+    if result.status == nova_client.EVENT_UNKNOWN_INSTANCE:
+        LOG.warning('Nova does not know instance %s (404); the bind event '
+                    'of accelerator request %s is dropped', instance, arq)
+        return True
+    return False
+
+
+def _bitstream_id(image):
+    return image['properties'].get('bs-uuid') or image['id']
+
+
+def holds(deployable, attributes, image):
+    """Whether the card already holds ``image``: the conductor recorded
+    loading it last, and what the agent reports since does not say the
+    card runs another function (it was reprogrammed or power-cycled)."""
+    if not _same_text(deployable.get('bitstream_id'), _bitstream_id(image)):
+        return False
+    wanted = image['properties'].get('function_uuid')
+    reported = (attributes or {}).get('function_uuid')
+    if not wanted or not reported:
+        return True
+    wanted = bitstreams.uuid_hex(wanted) or wanted.strip().lower()
+    return any((bitstreams.uuid_hex(f) or f.strip().lower()) == wanted
+               for f in reported.split(','))
+
+
+def _same_text(left, right):
+    if not left or not right:
+        return False
+    return (bitstreams.uuid_hex(left) or left) == (
+        bitstreams.uuid_hex(right) or right)
 
 
 def _handle_payload(handle):

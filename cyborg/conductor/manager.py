@@ -29,6 +29,7 @@ from cyborg.clients import placement as placement_client
 from cyborg.conductor import binding
 from cyborg.conductor import host_sync
 from cyborg.conductor import membership as membership_mod
+from cyborg.conductor import recovery
 from cyborg.conductor import rpcapi
 from cyborg.db import session
 from cyborg.db.api import services as services_db
@@ -193,9 +194,13 @@ class ConductorService(service.Service):
         # change, on the heartbeat's thread: the recovery of the hosts
         # this conductor took over starts there.
         self.ring_change_hooks = []
+        # The recovery workers' PeriodicTasks: run at once when the ring
+        # changes.
+        self.recovery_workers = []
 
     def on_start(self):
         conf = self.conf
+        check_timeouts(conf)
         db = self._shared_db
         if db is None:
             db = session.Database(conf)
@@ -225,8 +230,9 @@ class ConductorService(service.Service):
             return
         binder = binding.Binder(
             conf,
-            agent_rpcapi.AgentAPI(transport,
-                                  timeout=conf.conductor.agent_timeout),
+            agent_rpcapi.AgentAPI(
+                transport, timeout=conf.conductor.agent_timeout,
+                program_timeout=conf.conductor.agent_program_timeout),
             nova=self._nova if self._nova is not None else _nova(conf),
             glance=(self._glance if self._glance is not None
                     else _glance(conf)),
@@ -241,30 +247,41 @@ class ConductorService(service.Service):
         # Runs first on stop: binds cut short from then on stay
         # BindStarted for the next start instead of failing.
         self.on_stop(binder.stop)
+        # One thread per kind of recovery work; the first runs resume the
+        # binds this conductor owned when it last stopped.
+        work = recovery.Recovery(binder, context, DATABASE_DOWN)
+        self.on_stop(work.stop)
+        self.recovery_workers = [
+            self.add_periodic(name, conf.conductor.recovery_interval, func)
+            for name, func in work.workers()]
+        # A conductor that joined or left moves hosts: their binds are
+        # taken over or failed now, not at the next recovery interval.
+        self.ring_change_hooks[:] = [self._recover_now]
         self.add_periodic('heartbeat', conf.heartbeat_interval,
                           _logged_outage(heartbeat.beat, 'the heartbeat'),
                           initial_delay=conf.heartbeat_interval)
-        # Binds this conductor owned when it last stopped come first; then
-        # a periodic pass fails those of conductors that died.
-        self.add_periodic('bind-recovery', conf.conductor.recovery_interval,
-                          _Recovery(binder, context).run)
+
+    def _recover_now(self, joined, left):
+        for task in self.recovery_workers:
+            task.run_now()
 
 
-class _Recovery:
-    """The periodic pass: resume this conductor's abandoned binds, then
-    recover what other conductors left."""
+class TimeoutsDoNotFit(ValueError):
+    """Timeouts of the configuration that contradict each other."""
 
-    def __init__(self, binder, context):
-        self.binder = binder
-        self.context = context
 
-    def run(self):
-        try:
-            self.binder.resume(self.context)
-            self.binder.recover(self.context)
-        except DATABASE_DOWN as exc:
-            LOG.warning('cyborg-conductor: recovery waits for the database: '
-                        '%s', service.describe_error(exc))
+def check_timeouts(conf):
+    """A bind's deadline must outlast the agent calls one bind may make
+    (one program and one prepare), or live binds are failed."""
+    conductor = conf.conductor
+    calls = conductor.agent_program_timeout + conductor.agent_timeout
+    if conductor.bind_timeout <= calls:
+        raise TimeoutsDoNotFit(
+            '[conductor] bind_timeout (%d s) must be longer than the agent '
+            'calls one bind may make: [conductor] agent_program_timeout '
+            '(%d s) plus [conductor] agent_timeout (%d s) = %d s.'
+            % (conductor.bind_timeout, conductor.agent_program_timeout,
+               conductor.agent_timeout, calls))
 
 
 def _logged_outage(func, what):

@@ -30,6 +30,16 @@ opts = [
                help='Seconds between two attempts to reach a neighbour '
                     '(RabbitMQ, Placement) that is down when the agent '
                     'starts.'),
+    cfg.IntOpt('program_tool_timeout',
+               default=180,
+               min=1,
+               help="Seconds the vendor's FPGA programming tool (fpgaconf, "
+                    'xbmgmt, ...) may run before the agent kills it and '
+                    'reports the program failed. Must be shorter than '
+                    '[conductor] agent_program_timeout, the time the '
+                    'conductor waits for the whole program call (checked '
+                    'when the agent starts): otherwise the card would '
+                    'still be being programmed after its bind failed.'),
 ]
 
 

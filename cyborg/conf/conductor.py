@@ -15,19 +15,34 @@ opts = [
                     '(the database, RabbitMQ, Placement) that is down when '
                     'the conductor starts.'),
     cfg.IntOpt('bind_timeout',
-               default=300,
+               default=330,
                min=5,
-               help='Seconds an accelerator request may stay BindStarted. '
-                    'A bind that takes longer (its conductor died, or the '
-                    'request to bind never reached a conductor) is failed '
-                    'by any live conductor, which frees its attach handle '
-                    'and tells Nova. Keep it above agent_timeout.'),
+               help='Seconds one accelerator request may take to bind once '
+                    'a conductor has started on it: its own deadline, set '
+                    'when the conductor claims it and renewed as its bind '
+                    'really starts, so that requests bound one after '
+                    'another each get the whole time. A bind past its '
+                    'deadline is failed by any live conductor, which frees '
+                    'its attach handle and tells Nova. Must be longer than '
+                    'the agent calls one bind may make: agent_program_timeout '
+                    'plus agent_timeout (checked when the conductor '
+                    'starts). A bind whose conductor died is taken over by '
+                    'the next conductor on the hash ring as soon as the '
+                    'dead one misses [DEFAULT] service_down_time, without '
+                    'waiting for this.'),
     cfg.IntOpt('agent_timeout',
-               default=240,
+               default=60,
                min=1,
                help='Seconds the conductor waits for an agent to prepare '
-                    'or release a device: to create or remove a mediated '
-                    'device, or to program an FPGA, which can be slow.'),
+                    'or release an attach handle (create or remove a '
+                    'mediated device).'),
+    cfg.IntOpt('agent_program_timeout',
+               default=240,
+               min=1,
+               help='Seconds the conductor waits for an agent to program '
+                    'an FPGA: download the bitstream from Glance and run the '
+                    "vendor's tool. Must be longer than the agent's [agent] "
+                    'program_tool_timeout (checked when the agent starts).'),
     cfg.IntOpt('nova_event_retry_after',
                default=60,
                min=1,
@@ -38,10 +53,21 @@ opts = [
     cfg.IntOpt('recovery_interval',
                default=30,
                min=1,
-               help='Seconds between two recovery passes of a conductor: '
-                    'failing binds older than bind_timeout, finishing '
-                    'deletions left half done, and sending Nova the events '
-                    'it has not acknowledged yet.'),
+               help='Seconds between two runs of each recovery worker of '
+                    'a conductor. The workers run apart, so that one slow '
+                    'item does not hold up the others: taking over the '
+                    'binds of dead conductors and resuming its own, failing '
+                    'binds past their deadline, finishing deletions left '
+                    'half done, and sending Nova the events it has not '
+                    'acknowledged yet.'),
+    cfg.IntOpt('recovery_max_backoff',
+               default=300,
+               min=1,
+               help='Seconds at most between two attempts at one recovery '
+                    'item that keeps failing (a deletion on a host whose '
+                    'agent does not answer, an event Nova cannot take): '
+                    'each failure doubles its wait, from recovery_interval '
+                    'up to this.'),
 ]
 
 

@@ -31,7 +31,7 @@ _GROUP = service_client.ServiceClientGroup(
     'function_uuid, ...). With neither auth_type nor endpoint_override set, '
     'Glance is not used and a device profile that asks for a bitstream '
     'cannot be bound.',
-    service_type='image', extra_opts=opts)
+    service_type='image', extra_opts=opts, default_timeout=60)
 
 register_opts = _GROUP.register_opts
 list_opts = _GROUP.list_opts

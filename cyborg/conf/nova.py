@@ -13,7 +13,7 @@ opts = [
         'event_retries', default=3, min=0,
         help='How many more times to post the accelerator-request-bound '
              'events of one instance when Nova cannot be reached, does '
-             'not answer within [nova] timeout seconds (30 when unset) or '
+             'not answer within [nova] timeout seconds or '
              'answers 408, 429 or 5xx. 0 posts once. Other refusals (400, '
              '401, 403, ...) are not retried. Once the events of one '
              'instance have used up their retries, the other instances of '
@@ -34,7 +34,7 @@ _GROUP = service_client.ServiceClientGroup(
     'conductor posts an accelerator-request-bound event per accelerator '
     'request there once a bind has finished, well or badly. Without '
     'credentials or an endpoint_override no event is sent.',
-    service_type='compute', extra_opts=opts)
+    service_type='compute', extra_opts=opts, default_timeout=30)
 
 register_opts = _GROUP.register_opts
 list_opts = _GROUP.list_opts

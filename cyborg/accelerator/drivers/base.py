@@ -58,6 +58,10 @@ class OperationNotSupported(DriverError):
     code = 'cyborg.driver_operation_not_supported'
 
 
+# A vendor tool's time limit without the agent's options (tests).
+TOOL_TIMEOUT = 180
+
+
 class AcceleratorDriver(abc.ABC):
     """One kind of accelerator: how to find it and how to prepare it."""
 
@@ -140,6 +144,15 @@ class AcceleratorDriver(abc.ABC):
 
     # How a bitstream file is named for the driver's programming tool.
     bitstream_suffix: ClassVar[str] = '.bin'
+
+    @property
+    def tool_timeout(self) -> int:
+        """Seconds a vendor programming tool may run: ``[agent]
+        program_tool_timeout`` when the agent's options are there."""
+        try:
+            return self.conf.agent.program_tool_timeout
+        except (AttributeError, cfg.NoSuchOptError):
+            return TOOL_TIMEOUT
 
     def program(self, device: inventory.Device, bitstream: pathlib.Path,
                 metadata: dict | None = None) -> None:

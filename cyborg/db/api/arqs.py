@@ -218,11 +218,18 @@ def fail_started_binds(context, uuids):
         context, ARQ.uuid.in_(list(uuids)))]
 
 
-def claim_binds(context, uuids, conductor):
+def _deadline(timeout):
+    return models.utcnow() + datetime.timedelta(seconds=timeout)
+
+
+def claim_binds(context, uuids, conductor, timeout):
     """Make this conductor the owner of the BindStarted ARQs of ``uuids``
     and return what binding them needs (see ``_BIND_COLUMNS``).
 
-    An ARQ already owned by another conductor is left to it.
+    Each claimed ARQ gets a deadline ``timeout`` seconds away (renewed
+    as its bind really starts, ``renew_deadlines``). An ARQ already
+    owned by another conductor is left to it; one the API addressed to
+    this conductor (``bind_conductor`` set, no deadline yet) is claimed.
     """
     with context.db.writer(context) as session:
         session.execute(
@@ -231,18 +238,66 @@ def claim_binds(context, uuids, conductor):
                 ARQ.state == states.BIND_STARTED,
                 sa.or_(ARQ.bind_conductor.is_(None),
                        ARQ.bind_conductor == conductor),
-            ).values(bind_conductor=conductor))
+            ).values(bind_conductor=conductor,
+                     bind_deadline=_deadline(timeout)))
         return _bind_work(session, sa.and_(
             ARQ.uuid.in_(list(uuids)), ARQ.state == states.BIND_STARTED,
             ARQ.bind_conductor == conductor))
 
 
+def take_over_binds(context, uuids, previous, conductor, timeout):
+    """Compare-and-set the owner of the BindStarted ARQs of ``uuids``
+    from ``previous`` (a dead conductor, or None: never claimed) to
+    ``conductor``, with a fresh deadline; what binding those it won
+    needs. Two conductors that try at once: one wins each ARQ."""
+    owner = (ARQ.bind_conductor.is_(None) if previous is None
+             else ARQ.bind_conductor == previous)
+    with context.db.writer(context) as session:
+        session.execute(
+            sa.update(ARQ).where(
+                ARQ.uuid.in_(list(uuids)),
+                ARQ.state == states.BIND_STARTED, owner,
+            ).values(bind_conductor=conductor,
+                     bind_deadline=_deadline(timeout)))
+        # Those it already owned come too: the caller skips the binds a
+        # thread of its process is running.
+        return _bind_work(session, sa.and_(
+            ARQ.uuid.in_(list(uuids)), ARQ.state == states.BIND_STARTED,
+            ARQ.bind_conductor == conductor))
+
+
+def renew_deadlines(context, arq_ids, conductor, timeout):
+    """Push the deadline of these ARQs (those still BindStarted and this
+    conductor's) ``timeout`` seconds away: the owner is making progress
+    on them. Returns how many it renewed."""
+    if not arq_ids:
+        return 0
+    with context.db.writer(context) as session:
+        return session.execute(sa.update(ARQ).where(
+            ARQ.id.in_(list(arq_ids)), ARQ.state == states.BIND_STARTED,
+            ARQ.bind_conductor == conductor).values(
+            bind_deadline=_deadline(timeout))).rowcount
+
+
+def binds_in_progress(context):
+    """Every BindStarted ARQ: ``(uuid, hostname, bind_conductor,
+    bind_started_at, bind_deadline)``, for recovery to sort out."""
+    with context.db.read_connection(context) as connection:
+        return connection.execute(
+            sa.select(ARQ.uuid, ARQ.hostname, ARQ.bind_conductor,
+                      ARQ.bind_started_at, ARQ.bind_deadline).where(
+                ARQ.state == states.BIND_STARTED).order_by(ARQ.id)).all()
+
+
 def unfinished_binds(context, conductor):
-    """The BindStarted ARQs this conductor owns (after its restart)."""
+    """The BindStarted ARQs this conductor claimed (after its restart);
+    not those the API addressed to it that it has not claimed yet: their
+    casts wait in the queue."""
     with context.db.writer(context) as session:
         return _bind_work(session, sa.and_(
             ARQ.state == states.BIND_STARTED,
-            ARQ.bind_conductor == conductor))
+            ARQ.bind_conductor == conductor,
+            ARQ.bind_deadline.is_not(None)))
 
 
 def _bind_work(session, where):
@@ -285,18 +340,69 @@ def deployable_for_binding(context, rp_uuid=None, uuid=None):
     return dict(row._mapping)
 
 
-def programming_facts(context, deployable_id):
+def programming_facts(context, deployable_id, except_handle=None):
     """What programming a deployable needs to know besides its row: its
-    attributes and how many of its handles are in use."""
+    attributes and how many of its handles are in use (not counting
+    ``except_handle``, the binding ARQ's own)."""
     with context.db.reader(context) as session:
         attributes = dict(session.execute(
             sa.select(models.Attribute.key, models.Attribute.value).where(
                 models.Attribute.deployable_id == deployable_id)).all())
-        in_use = session.execute(
-            sa.select(sa.func.count()).where(
-                Handle.deployable_id == deployable_id,
-                Handle.in_use == sa.true())).scalar_one()
+        in_use = sa.select(sa.func.count()).where(
+            Handle.deployable_id == deployable_id,
+            Handle.in_use == sa.true())
+        if except_handle is not None:
+            in_use = in_use.where(Handle.id != except_handle)
+        in_use = session.execute(in_use).scalar_one()
     return attributes, in_use
+
+
+# -- reserving a deployable ------------------------------------------------
+#
+# Programming an FPGA changes what every handle of the card offers, so it
+# holds a claim on the deployable row (as Ironic reserves a node): one
+# compare-and-set takes it, and whoever holds it is the only one to
+# program. A taker writes its claim first and then counts the handles in
+# use; a bind takes its handle first and then looks for a claim. Of a
+# program and a bind that race, at least one sees the other and backs
+# off: never both proceed.
+
+def reserve_deployable(context, deployable_id, holder, stale_after,
+                       expected=None):
+    """Take the reservation of the deployable for ``holder``; False if
+    someone else holds one younger than ``stale_after`` seconds (an
+    older one was left by a conductor that died while it programmed).
+    ``expected``: a reservation the caller found left by a dead process,
+    broken if it is still the one there."""
+    now = models.utcnow()
+    cutoff = now - datetime.timedelta(seconds=stale_after)
+    free = [Deployable.reservation.is_(None),
+            Deployable.reservation == holder,
+            Deployable.reserved_at < cutoff]
+    if expected is not None:
+        free.append(Deployable.reservation == expected)
+    with context.db.writer(context) as session:
+        return session.execute(sa.update(Deployable).where(
+            Deployable.id == deployable_id, sa.or_(*free)).values(
+            reservation=holder, reserved_at=now)).rowcount == 1
+
+
+def release_deployable(context, deployable_id, holder):
+    """Give the reservation back, if ``holder`` still has it."""
+    with context.db.writer(context) as session:
+        session.execute(sa.update(Deployable).where(
+            Deployable.id == deployable_id,
+            Deployable.reservation == holder).values(
+            reservation=None, reserved_at=None))
+
+
+def reservation_of(context, deployable_id, stale_after):
+    """Who holds a live reservation of the deployable; None if nobody."""
+    cutoff = models.utcnow() - datetime.timedelta(seconds=stale_after)
+    with context.db.read_connection(context) as connection:
+        return connection.execute(sa.select(Deployable.reservation).where(
+            Deployable.id == deployable_id,
+            Deployable.reserved_at >= cutoff)).scalar_one_or_none()
 
 
 def record_bitstream(context, deployable_id, bitstream_id):
@@ -380,7 +486,7 @@ def finish_binding(context, arq_id, ok):
                 sa.update(ARQ).where(
                     ARQ.id == arq_id, ARQ.state == states.BIND_STARTED
                 ).values(state=states.BOUND, bind_conductor=None,
-                         nova_event_pending=True))
+                         bind_deadline=None, nova_event_pending=True))
             return done.rowcount == 1
     return bool(_fail_binds(context, ARQ.id == arq_id))
 
@@ -399,18 +505,27 @@ def _fail_binds(context, where):
         session.execute(
             sa.update(ARQ).where(ARQ.id.in_(ids)).values(
                 state=states.BIND_FAILED, bind_conductor=None,
-                attach_handle_id=None, deployable_id=None,
+                bind_deadline=None, attach_handle_id=None,
+                deployable_id=None,
                 nova_event_pending=True))
         _free_handles(session, [r.attach_handle_id for r in rows])
         return [dict(r._mapping) for r in rows]
 
 
 def fail_stale_binds(context, older_than_seconds):
-    """Fail every bind started more than ``older_than_seconds`` ago: its
-    conductor died or the cast was lost. Returns the failed ARQs."""
+    """Fail every bind the API started more than ``older_than_seconds``
+    ago, whoever holds it; recovery uses ``fail_overdue_binds`` instead,
+    which asks each ARQ's own deadline. Returns the failed ARQs."""
     cutoff = models.utcnow() - datetime.timedelta(
         seconds=older_than_seconds)
     return _fail_binds(context, ARQ.bind_started_at < cutoff)
+
+
+def fail_overdue_binds(context, now=None):
+    """Fail every bind whose own deadline has passed (its owner took
+    longer than ``[conductor] bind_timeout`` over it, or died). Returns
+    the failed ARQs."""
+    return _fail_binds(context, ARQ.bind_deadline < (now or models.utcnow()))
 
 
 def _free_handles(session, handle_ids):
@@ -485,7 +600,7 @@ def _releasing_columns():
     return {'hostname': None, 'device_rp_uuid': None, 'instance_uuid': None,
             'attach_handle_id': None, 'deployable_id': None,
             'bind_conductor': None, 'bind_started_at': None,
-            'nova_event_pending': False}
+            'bind_deadline': None, 'nova_event_pending': False}
 
 
 @_retry_on_deadlock

@@ -7,6 +7,8 @@ oslo.messaging's in-process transport; the conductor chooses the image
 and the agent downloads it from Glance, checksum checked, and programs.
 """
 
+import threading
+import time
 import uuid
 
 import pytest
@@ -161,3 +163,114 @@ def test_a_bind_whose_bitstream_is_missing_fails(stack, fpga, db,
     with db.engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).where(
             models.AttachHandle.in_use == sa.true())).scalar_one() == 0
+
+
+# -- reservations: one program at a time, never under an instance ---------
+
+class Counting:
+    """Counts the fake FPGA's programs."""
+
+    def __init__(self, driver):
+        self.count = 0
+        self._program = driver.program
+        driver.program = self
+
+    def __call__(self, *args, **kwargs):
+        self.count += 1
+        return self._program(*args, **kwargs)
+
+
+def test_a_bind_for_another_bitstream_with_a_handle_in_use_programs_nothing(
+        stack, fpga, glance, admin_context, db):
+    api, driver = stack
+    programs = Counting(driver)
+    first = glance.upload_bitstream(BITSTREAM, **fitting())
+    second = glance.upload_bitstream(BITSTREAM, **fitting(
+        function_uuid=str(uuid.uuid4())))
+    bound = bind(api, fpga.rp_uuid, make_profile(
+        admin_context, 'first', bitstream_id=first['properties']['bs-uuid']))
+    assert bound['state'] == 'Bound' and programs.count == 1
+
+    failed = bind(api, fpga.rp_uuid, make_profile(
+        admin_context, 'second',
+        bitstream_id=second['properties']['bs-uuid']))
+
+    assert failed['state'] == 'BindFailed'
+    assert programs.count == 1
+    assert api.get(DEPLOYABLES + '/' + fpga.uuid).json['bitstream_id'] == (
+        first['properties']['bs-uuid'])
+    assert arq_stack.handles_in_use(db) == 1
+    assert _reservation(db) is None
+
+
+def test_a_bind_for_the_bitstream_the_card_holds_programs_nothing(
+        stack, fpga, glance, admin_context, db):
+    api, driver = stack
+    programs = Counting(driver)
+    image = glance.upload_bitstream(BITSTREAM, **fitting())
+    profile = make_profile(admin_context, 'gzip',
+                           bitstream_id=image['properties']['bs-uuid'])
+
+    states = [bind(api, fpga.rp_uuid, profile)['state'] for _ in range(3)]
+
+    assert states == ['Bound'] * 3
+    assert programs.count == 1
+    assert arq_stack.handles_in_use(db) == 3
+
+
+def test_a_program_call_and_a_bind_racing_cannot_both_proceed(
+        stack, fpga, glance, admin_context, db, conf):
+    """The operator's program holds the card's reservation while the
+    (slow) FPGA loads; a bind that takes a handle meanwhile sees it and
+    fails; with the bind's handle taken, the program call is refused."""
+    api, driver = stack
+    conf.set_override('program_seconds', 1.5, group='fake_driver')
+    programs = Counting(driver)
+    image = glance.upload_bitstream(BITSTREAM, **fitting())
+    plain = make_profile(admin_context, 'plain')
+    answers = []
+    operator = threading.Thread(target=lambda: answers.append(
+        program(api, fpga.uuid, image['id'], status='*')))
+    operator.start()
+    try:
+        deadline = time.monotonic() + 10
+        while _reservation(db) is None:
+            assert time.monotonic() < deadline, 'no reservation taken'
+            time.sleep(0.02)
+        raced = bind(api, fpga.rp_uuid, plain)
+    finally:
+        operator.join()
+
+    assert raced['state'] == 'BindFailed'
+    assert [a.status_int for a in answers] == [200]
+    assert programs.count == 1
+    assert _reservation(db) is None
+    # The other way round: a handle in use refuses the program.
+    assert bind(api, fpga.rp_uuid, plain)['state'] == 'Bound'
+    refused = program(api, fpga.uuid, image['id'], status=409)
+    assert 'in use' in refused.json['error_message']
+    assert programs.count == 1
+
+
+def test_a_reservation_left_by_a_dead_process_is_broken(
+        stack, fpga, glance, admin_context, db):
+    api, driver = stack
+    with db.engine.begin() as conn:
+        conn.execute(sa.update(models.Deployable).values(
+            reservation='%s deadbeef0000 00000000' % HOST_CONDUCTOR,
+            reserved_at=models.utcnow()))
+    image = glance.upload_bitstream(BITSTREAM, **fitting())
+
+    assert program(api, fpga.uuid, image['id']).json['bitstream_id'] == (
+        image['properties']['bs-uuid'])
+    assert _reservation(db) is None
+
+
+# The Binder of arq_stack is conductor-1: an earlier process of it.
+HOST_CONDUCTOR = 'conductor-1'
+
+
+def _reservation(db):
+    with db.engine.connect() as conn:
+        return conn.execute(sa.select(models.Deployable.reservation).where(
+            models.Deployable.name == fake.DEPLOYABLE_NAME)).scalar_one()

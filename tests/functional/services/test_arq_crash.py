@@ -21,7 +21,8 @@ profile group asks for that bitstream, so every bind programs the FPGA.
 3. ``test_binds_queued_while_the_conductor_is_down``: the conductor dies
    while it binds one instance; two more are bound while it is down (their
    casts wait in RabbitMQ). After the restart it resumes the one bind it
-   owned and takes the queued casts: each ARQ bound and programmed once.
+   owned and takes the queued casts: each ARQ bound once, the card
+   programmed once (then it holds the bitstream).
 4. ``test_conductor_killed_while_telling_nova``: the conductor dies
    during its call to Nova (the stand-in holds it unanswered); after the
    restart, recovery sends the events still pending once they are older
@@ -115,8 +116,13 @@ def conductor(deployment, directory_name, host, glance_url, nova,
         'bind_timeout = %d\n' % (RECOVERY_INTERVAL, bind_timeout))
     if nova_event_retry_after is not None:
         config += 'nova_event_retry_after = %d\n' % nova_event_retry_after
-    if agent_timeout is not None:
-        config += 'agent_timeout = %d\n' % agent_timeout
+    # The agent calls of one bind must fit in bind_timeout (checked at
+    # start): what is left after the prepare call goes to the program.
+    if agent_timeout is None:
+        agent_timeout = max(1, bind_timeout // 6)
+    config += 'agent_timeout = %d\n' % agent_timeout
+    config += 'agent_program_timeout = %d\n' % (
+        bind_timeout - agent_timeout - 1)
     config += glance_section(glance_url) + nova.conf_section()
     return ServiceProcess('cyborg-conductor', directory, config)
 
@@ -467,13 +473,13 @@ def test_restarted_conductor_resumes_its_binds(
         assert trait in deployment.db_traits()[fake.DEPLOYABLE_NAME]
 
         # -- the restarted conductor did the binds; the agent programmed
-        # at least once per resumed bind ----------------------------------
+        # the card at least once (then it holds the bitstream) -----------
         log = second.log()
         bound_lines = re.findall(r'ARQ (\S+) bound to TEST_PCI handle', log)
         assert sorted(bound_lines) == sorted(owner), log
         programmed = len(re.findall(r'Programmed FPGA \S+ with image %s'
                                     % rig.image['id'], rig.agent.log()))
-        assert programmed >= INSTANCES, rig.agent.tail(80)
+        assert programmed >= 1, rig.agent.tail(80)
         print('%s: %d programs by the agent (%d handles taken before the '
               'kill)' % (deployment.engine_name, programmed,
                          len(handles_at_kill)))
@@ -664,8 +670,9 @@ def test_binds_queued_while_the_conductor_is_down(
             'Resuming 1 binds'], log
         assert sorted(re.findall(r'ARQ (\S+) bound to TEST_PCI handle',
                                  log)) == sorted(owner), log
-        # Bound once each: no ARQ programmed twice by two binds.
-        assert programmed == INSTANCES, rig.agent.tail(40)
+        # The card holds the bitstream after the first program: the
+        # other binds program nothing.
+        assert programmed == 1, rig.agent.tail(40)
         no_traceback(second)
         no_traceback(rig.agent)
     finally:

@@ -11,6 +11,7 @@ from cyborg.objects import inventory
 from tests.unit.drivers.inventory_view import address_of
 from tests.unit.drivers.inventory_view import by_controlpath
 from tests.unit.drivers.inventory_view import handle_addresses
+from tests.unit.drivers.trees import hosts
 
 T4_VGPU = {('gpu_devices', 'enabled_vgpu_types'): ['nvidia-222'],
            ('vgpu_nvidia-222', 'device_addresses'): ['0000:3b:00.0']}
@@ -146,6 +147,68 @@ def test_prepare_and_release_an_mdev(driver_conf, fresh_host_tree):
         assert f.read() == uuid
     # Nothing was created at that UUID in the recorded tree: no-op.
     driver.release_attach_handle(device, handle, uuid)
+
+
+def _a100_handle(driver, vf):
+    [device] = [d for d in driver.discover()
+                if address_of(d.controlpath_info) == '0000:af:00.0']
+    [handle] = [h for h in device.deployables[0].attach_handles
+                if address_of(h.attach_info) == vf]
+    return device, handle
+
+
+def _create_file(root, vf, type_id='nvidia-472'):
+    return os.path.join(root, 'sys/class/mdev_bus', vf,
+                        'mdev_supported_types', type_id, 'create')
+
+
+def test_creating_an_mdev_that_exists_with_its_type_succeeds(
+        driver_conf, fresh_host_tree):
+    """A bind resumed after a crash creates the mdev again: the kernel
+    would answer EEXIST; the driver finds it there and writes nothing."""
+    root = fresh_host_tree('gpu')
+    driver = nvidia.NvidiaGPUDriver(driver_conf(A100_VGPU),
+                                    pci.PCIReader(root))
+    device, handle = _a100_handle(driver, '0000:af:00.5')
+
+    driver.prepare_attach_handle(device, handle, hosts.A100_MDEV)
+
+    with open(_create_file(root, '0000:af:00.5')) as f:
+        assert f.read().strip() == ''
+    assert driver.pci.mdev_type_of(hosts.A100_MDEV) == 'nvidia-472'
+
+
+def test_creating_an_mdev_that_exists_with_another_type_fails(
+        driver_conf, fresh_host_tree):
+    root = fresh_host_tree('gpu')
+    reader = pci.PCIReader(root)
+    with pytest.raises(pci.MdevConflict, match='exists with type '
+                       'nvidia-472, not nvidia-473'):
+        reader.create_mdev('0000:af:00.5', 'nvidia-473', hosts.A100_MDEV)
+    driver = nvidia.NvidiaGPUDriver(driver_conf(A100_VGPU), reader)
+    device, handle = _a100_handle(driver, '0000:af:00.5')
+    conflicting = inventory.AttachHandle('MDEV', dict(
+        handle.attach_info, asked_type='nvidia-473'))
+    with pytest.raises(base.DriverError, match='Cannot create mdev'):
+        driver.prepare_attach_handle(device, conflicting, hosts.A100_MDEV)
+    with open(_create_file(root, '0000:af:00.5', 'nvidia-473')) as f:
+        assert f.read().strip() == ''
+
+
+def test_removing_an_mdev_twice_succeeds(driver_conf, fresh_host_tree):
+    root = fresh_host_tree('gpu')
+    reader = pci.PCIReader(root)
+    remove = os.path.join(root, 'sys/bus/mdev/devices', hosts.A100_MDEV,
+                          'remove')
+    assert reader.remove_mdev(hosts.A100_MDEV) is True
+    with open(remove) as f:
+        assert f.read() == '1'
+    # The kernel takes the mdev's directory away with it.
+    os.unlink(os.path.join(root, 'sys/bus/mdev/devices', hosts.A100_MDEV))
+    assert reader.remove_mdev(hosts.A100_MDEV) is False
+    driver = nvidia.NvidiaGPUDriver(driver_conf(A100_VGPU), reader)
+    device, handle = _a100_handle(driver, '0000:af:00.5')
+    driver.release_attach_handle(device, handle, hosts.A100_MDEV)
 
 
 def test_prepare_fails_cleanly_when_the_type_is_gone(driver_conf, tmp_path):

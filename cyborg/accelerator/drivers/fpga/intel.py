@@ -103,7 +103,7 @@ class IntelFPGADriver(base.AcceleratorDriver):
                 'region for it (is its OPAE or DFL driver loaded?)'
                 % address)
         tool.run(fpgaconf_command(address, bitstream), 'Intel FPGA %s'
-                 % address)
+                 % address, timeout=self.tool_timeout)
 
 
 def fpgaconf_command(address, bitstream):

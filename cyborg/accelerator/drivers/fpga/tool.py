@@ -6,7 +6,9 @@ user, with no ``sudo`` or rootwrap in between: programming an FPGA needs
 root, or a user that the vendor's udev rules give the device nodes to, so
 an agent that is to program FPGAs runs as such a user. The tool gets no
 standard input (a confirmation prompt fails rather than hangs) and at most
-``TIMEOUT`` seconds.
+``[agent] program_tool_timeout`` seconds (``TIMEOUT`` when called without
+one), which must end before the conductor stops waiting for the program
+call, so that no card is still being written after its bind failed.
 """
 
 import logging
@@ -16,8 +18,9 @@ from cyborg.accelerator.drivers import base
 
 LOG = logging.getLogger(__name__)
 
-# Loading a partial bitstream takes seconds; flashing a shell, minutes.
-TIMEOUT = 900
+# Loading a partial bitstream takes seconds; binding never flashes a
+# shell. The agent passes [agent] program_tool_timeout.
+TIMEOUT = 180
 # The end of the tool's output that an error quotes.
 _QUOTED_CHARS = 2000
 

@@ -84,4 +84,5 @@ class XilinxFPGADriver(base.AcceleratorDriver):
                 'and has no user partition until a shell is flashed'
                 % address)
         tool.run(['xbmgmt', 'program', '--device', str(address),
-                  '--user', str(bitstream)], 'Xilinx FPGA %s' % address)
+                  '--user', str(bitstream)], 'Xilinx FPGA %s' % address,
+                 timeout=self.tool_timeout)

@@ -151,7 +151,7 @@ class DeployablesController(resource.ResourceController):
         conductor_calls.call(
             request, 'program_deployable', row.uuid, image_uuid,
             # Programming waits for the agent, which may take minutes.
-            timeout=conf.conductor.agent_timeout + 30,
+            timeout=conf.conductor.agent_program_timeout + 30,
             unavailable='The conductor did not answer in time; deployable '
                         '%s may still be being programmed.' % row.uuid)
         row, attributes = db.get_deployable(request.context, row.uuid)
