@@ -19,6 +19,7 @@ from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.clients import placement as placement_client
 from cyborg.conductor import binding
 from cyborg.conductor import host_sync
+from cyborg.conductor import membership
 from cyborg.conductor import rpcapi
 from cyborg.db import session
 from cyborg.objects import inventory as inventory_objects
@@ -105,13 +106,12 @@ def check_database(db):
         connection.execute(sa.text('SELECT 1'))
 
 
-def check_placement(client):
-    # Any authenticated read proves the endpoint and the credentials.
-    client.find_provider_by_name('cyborg-conductor-reachability-check')
-
-
 class ConductorService(service.Service):
-    """Waits for the database, Placement and RabbitMQ, then serves RPC.
+    """Waits for the database and RabbitMQ, then serves RPC.
+
+    Placement is not waited for: binding needs none, reports are stored
+    whatever its state, and the periodic passes (retry, reconciliation)
+    sync it once it answers.
 
     ``transport``, ``db`` and ``placement`` are shared when given (the
     single-machine mode); otherwise they are made from ``conf`` and
@@ -136,10 +136,11 @@ class ConductorService(service.Service):
             db = session.Database(conf)
             self.on_stop(db.dispose)
         self.wait_for('the database', lambda: check_database(db))
+        # Not waited for: binds need no Placement, and the sync passes
+        # below bring Placement up to date whenever it answers.
         placement = self._placement
         if placement is None:
             placement = placement_client.PlacementClient.from_conf(conf)
-        self.wait_for('Placement', lambda: check_placement(placement))
         self.wait_for(service.describe_message_bus(conf),
                       lambda: service.check_message_bus(conf))
         if self.stopping:
@@ -154,8 +155,8 @@ class ConductorService(service.Service):
             nova=self._nova if self._nova is not None else _nova(conf),
             glance=(self._glance if self._glance is not None
                     else _glance(conf)))
-        self.manager = ConductorManager(host_sync.HostSync(placement),
-                                        binder)
+        sync = host_sync.HostSync(placement)
+        self.manager = ConductorManager(sync, binder)
         server = rpc.get_server(transport, rpc.CONDUCTOR_TOPIC, conf.host,
                                 [self.manager], db=db)
         server.start()
@@ -168,6 +169,17 @@ class ConductorService(service.Service):
         # a periodic pass fails those of conductors that died.
         self.add_periodic('bind-recovery', conf.conductor.recovery_interval,
                           _Recovery(binder, context).run)
+        # Every host is this conductor's until the fleet's hash ring says
+        # otherwise.
+        owner = membership.SoleMembership(conf.host)
+        self.add_periodic('placement-retry',
+                          conf.conductor.sync_retry_interval,
+                          _PlacementPass(sync.retry_pending, context,
+                                         owner).run,
+                          initial_delay=conf.conductor.sync_retry_interval)
+        self.add_periodic('placement-reconcile',
+                          conf.conductor.reconcile_interval,
+                          _PlacementPass(sync.reconcile, context, owner).run)
 
 
 class _Recovery:
@@ -185,6 +197,22 @@ class _Recovery:
         except DATABASE_DOWN as exc:
             LOG.warning('cyborg-conductor: recovery waits for the database: '
                         '%s', service.describe_error(exc))
+
+
+class _PlacementPass:
+    """A periodic Placement pass; a database outage waits for the next."""
+
+    def __init__(self, func, context, owner):
+        self.func = func
+        self.context = context
+        self.owner = owner
+
+    def run(self):
+        try:
+            self.func(self.context, self.owner)
+        except DATABASE_DOWN as exc:
+            LOG.warning('cyborg-conductor: the Placement pass waits for the '
+                        'database: %s', service.describe_error(exc))
 
 
 def _nova(conf):
