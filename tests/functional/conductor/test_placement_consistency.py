@@ -234,3 +234,30 @@ def test_reconciliation_stops_while_placement_is_unreachable(
     assert [o['status'] for o in outcomes.values()] == ['unreachable']
     gate.open()
     assert set(sync.reconcile(admin_context)) == {HOST, 'other'}
+
+
+def test_the_conductor_serves_rpc_while_placement_is_unreachable(
+        conf, db, admin_context, gate):
+    from cyborg import rpc
+    from cyborg.conductor import manager
+    from cyborg.conductor import rpcapi
+    from tests import conductor_rpc
+
+    gate.close()
+    conductor_rpc.use_fake_transport(conf)
+    transport = rpc.get_transport(conf)
+    service = manager.ConductorService(conf, transport=transport, db=db,
+                                       placement=gated_client(gate))
+    try:
+        # Returns once it serves: Placement is not waited for.
+        service.start()
+        summary = rpcapi.ConductorAPI(transport, timeout=10) \
+            .report_host_inventory(admin_context,
+                                   host(*fake_devices()).to_dict(), NAMES)
+    finally:
+        service.stop()
+        transport.cleanup()
+
+    assert summary['changed']
+    assert summary['placement']['status'] == 'unreachable'
+    assert not states_db.in_sync(state(db))
