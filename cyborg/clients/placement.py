@@ -5,7 +5,8 @@ of each answer is known. The client counts the calls it makes, split
 into reads and writes, so that callers can check that an unchanged state
 costs no writes.
 
-Build it from the ``[placement]`` options (``from_conf``), or hand it a
+Build it from the ``[placement]`` options (``from_conf``, which gives
+every call a timeout), or hand it a
 keystoneauth ``Adapter`` (``PlacementClient(adapter)``), for example one
 that reaches a Placement WSGI app in the same process (``wsgi_adapter``).
 """
@@ -30,6 +31,9 @@ from cyborg.conf import placement as placement_conf
 # allocations (1.28) and error codes in every 409 (1.23).
 MICROVERSION = '1.39'
 SERVICE_TYPE = 'placement'
+# A call that gets no answer must not hold a host's sync (and its lock)
+# forever; this applies when [placement] timeout is unset.
+DEFAULT_TIMEOUT = 30.0
 
 # Placement's stable error codes (placement/errors.py).
 CODE_CONCURRENT_UPDATE = 'placement.concurrent_update'
@@ -154,10 +158,14 @@ class PlacementClient:
 
     @classmethod
     def from_conf(cls, conf, group=placement_conf.GROUP):
-        """From keystoneauth's session, auth and adapter options."""
+        """From keystoneauth's session, auth and adapter options; every
+        call times out after ``[placement] timeout`` seconds
+        (``DEFAULT_TIMEOUT`` when unset)."""
         auth = ks_loading.load_auth_from_conf_options(conf, group)
         session = ks_loading.load_session_from_conf_options(
             conf, group, auth=auth)
+        if session.timeout is None:
+            session.timeout = DEFAULT_TIMEOUT
         return cls(ks_loading.load_adapter_from_conf_options(
             conf, group, session=session, auth=auth))
 

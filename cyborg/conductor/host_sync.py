@@ -4,14 +4,33 @@
 report to the database (``inventory.apply_host_inventory``) and then
 makes the host's resource providers in Placement match the database.
 
-Placement is skipped entirely when the report changed nothing and the
-host's last Placement sync succeeded: an unchanged host costs the three
-SELECTs of the diff and no HTTP call. "Succeeded" is remembered in this
-process only; a restarted conductor syncs each host once more. When
-Placement cannot be reached the database still takes the report, the
-answer says so, and the host's next report syncs again, so Placement
-converges when it returns. Resource providers kept because allocations
-still use them are retried the same way.
+The database holds the desired state and whether Placement follows it
+(``cyborg.db.api.host_sync_states``): every change of a host's rows bumps
+its desired generation in the same transaction, and a sync records the
+generation it made Placement hold. So whichever conductor process looks
+next, restarted or not, knows whether a host needs a sync; nothing about
+it lives only in one process's memory.
+
+- A report that changed nothing, of a host in sync, costs the three
+  SELECTs of the diff, one SELECT of the sync state and no HTTP call.
+- When Placement cannot be reached the database still takes the change,
+  the answer says so, and the host stays behind (synced < desired): its
+  next report, an enable/disable, or the conductor's retry pass syncs it.
+- ``reconcile`` is the periodic pass that catches what the generations
+  cannot see: changes made in Placement behind Cyborg's back (a provider
+  deleted, an inventory or trait edited). For each host this conductor
+  owns it compares the provider tree in Placement with the database and
+  repairs any difference, one log line per repaired provider. Placement
+  reads per host: one ``in_tree`` listing when the process's
+  ``ProviderTreeCache`` holds each provider at the generation the listing
+  shows (Placement bumps a provider's generation on every change of its
+  inventories or traits, so an equal generation is an equal state);
+  otherwise two more per provider (inventories, traits), plus one
+  (usages) per provider to retire, plus one to find the compute node the
+  first time this process handles the host.
+
+Resource providers kept because allocations still use them leave the
+host behind, so they are retried the same way.
 """
 
 import dataclasses
@@ -23,7 +42,10 @@ from keystoneauth1 import exceptions as ks_exceptions
 from cyborg import exception
 from cyborg.clients import placement
 from cyborg.conductor import inventory as inventory_sync
+from cyborg.conductor import membership as membership_module
 from cyborg.conductor import placement_sync
+from cyborg.db.api import devices as devices_db
+from cyborg.db.api import host_sync_states as states_db
 from cyborg.db.api import inventory as inventory_db
 from cyborg.objects.inventory import HostInventory
 
@@ -32,19 +54,31 @@ LOG = logging.getLogger(__name__)
 # What means "Placement is not answering" rather than "Placement refused".
 UNREACHABLE = (ks_exceptions.ConnectionError, ks_exceptions.RequestTimeout)
 
+# Outcomes after which Placement holds what the database wants for the
+# host (no compute node: the host has no providers to hold anything).
+_APPLIED = ('synced', 'skipped', 'no_compute_node')
+
+
+def placement_updated(outcome):
+    """Whether Placement holds the database's state for the host's
+    devices after a sync with this ``outcome`` (kept providers of
+    removed devices are fully reserved, so they do not count)."""
+    return outcome['status'] in _APPLIED or (
+        outcome['status'] == 'partial' and not outcome['failed'])
+
 
 @dataclasses.dataclass
 class _HostState:
-    """What this conductor remembers of one host between its reports."""
+    """What this process keeps of one host to save work; none of it
+    decides whether Placement needs a sync (the database does)."""
 
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     compute_node: placement_sync.ComputeNode | None = None
     compute_node_names: tuple = ()
     cache: placement_sync.ProviderTreeCache = dataclasses.field(
         default_factory=placement_sync.ProviderTreeCache)
-    # Placement held the database's state after the last sync.
-    synced: bool = False
-    # Deployables that the host stopped reporting while in use.
+    # Deployables that the host stopped reporting while in use (only a
+    # report tells; see ``inventory.host_deployables``).
     missing_ids: frozenset = frozenset()
 
 
@@ -72,13 +106,12 @@ class HostSync:
         host = self._host(inventory.hostname)
         with host.lock:
             host.compute_node_names = tuple(compute_node_names)
-            if changes.changed or changes.missing_ids != host.missing_ids:
-                host.synced = False
+            # No row marks a deployable kept while in use: a change of
+            # that set needs a sync although the database did not change.
+            force = changes.missing_ids != host.missing_ids
             host.missing_ids = changes.missing_ids
-            if host.synced:
-                outcome = {'status': 'skipped'}
-            else:
-                outcome = self._sync(context, inventory.hostname, host)
+            outcome = self._sync_if_behind(context, inventory.hostname,
+                                           host, force)
         summary = changes.to_dict()
         summary['placement'] = outcome
         summary['placement_synced'] = outcome['status'] in ('skipped',
@@ -91,79 +124,164 @@ class HostSync:
 
         A disabled device keeps its providers with their whole inventory
         reserved: existing allocations stay valid and nothing new is
-        scheduled there. Returns a summary dict.
+        scheduled there. The API may have written the status already;
+        then this call only syncs the host if it is behind. Returns a
+        summary dict; ``placement_updated`` says whether Placement holds
+        the device's status now.
         """
         if status not in inventory_sync.DEVICE_STATUSES:
             raise exception.Invalid(
                 'Device status must be one of %s, not %r.'
                 % (', '.join(inventory_sync.DEVICE_STATUSES), status))
-        with context.db.writer(context) as session:
-            connection = session.connection()
-            found = inventory_db.find_device_host(connection, device_uuid)
-            if found is None:
-                raise exception.NotFound(
-                    'No device with uuid %s exists.' % device_uuid,
-                    code='cyborg.device.not_found')
-            changed = inventory_db.set_device_status(connection,
-                                                     device_uuid, status)
-        host = self._host(found.hostname)
+        hostname, changed = devices_db.set_status(context, device_uuid,
+                                                  status)
+        host = self._host(hostname)
         with host.lock:
             if compute_node_names:
                 host.compute_node_names = tuple(compute_node_names)
-            elif not host.compute_node_names:
-                # No report seen yet: the agent's host name is the best
-                # guess at the compute node's.
-                host.compute_node_names = (found.hostname,)
-            if changed:
-                host.synced = False
-            outcome = (self._sync(context, found.hostname, host)
-                       if not host.synced else {'status': 'skipped'})
-        return {'device_uuid': device_uuid, 'hostname': found.hostname,
+            outcome = self._sync_if_behind(context, hostname, host)
+        return {'device_uuid': device_uuid, 'hostname': hostname,
                 'status': status, 'changed': changed,
                 'placement': outcome,
                 'placement_synced': outcome['status'] in ('skipped',
-                                                          'synced')}
+                                                          'synced'),
+                'placement_updated': placement_updated(outcome)}
 
-    def _sync(self, context, hostname, host):
+    # -- the periodic passes ----------------------------------------------
+
+    def retry_pending(self, context, membership=None):
+        """Sync the hosts this conductor owns whose Placement sync is
+        behind the database (one SELECT when none is). Returns
+        ``{hostname: outcome}``."""
+        with context.db.read_connection(context) as connection:
+            hostnames = states_db.pending_hosts(connection)
+        return self._pass(context, hostnames, membership, full=False)
+
+    def reconcile(self, context, membership=None):
+        """Compare every owned host's providers in Placement with the
+        database and repair what differs; hosts behind are synced too.
+        Returns ``{hostname: outcome}``."""
+        with context.db.read_connection(context) as connection:
+            hostnames = sorted(states_db.list_hosts(connection))
+        return self._pass(context, hostnames, membership, full=True)
+
+    def _pass(self, context, hostnames, membership, full):
+        membership = membership or membership_module.SoleMembership(None)
+        outcomes = {}
+        for hostname in hostnames:
+            if not membership.owns(hostname):
+                continue
+            host = self._host(hostname)
+            with host.lock:
+                with context.db.read_connection(context) as connection:
+                    state = states_db.read(connection, hostname)
+                behind = not states_db.in_sync(state)
+                if not (full or behind):
+                    continue  # synced by a report meanwhile
+                if not host.compute_node_names:
+                    # No report seen by this process: the agent's host
+                    # name is the best guess at the compute node's.
+                    host.compute_node_names = (hostname,)
+                outcome = self._sync(context, hostname, host, state)
+            outcomes[hostname] = outcome
+            if outcome['status'] == 'unreachable':
+                LOG.warning('Placement unreachable: the %s pass stops at '
+                            'host %s and starts again at its next run',
+                            'reconciliation' if full else 'retry',
+                            hostname)
+                break
+            if behind and placement_updated(outcome):
+                LOG.info('Host %s: Placement now holds the changes that '
+                         'were pending (generation %d)', hostname,
+                         state.desired_generation if state else 1)
+            elif not behind:
+                _log_repairs(hostname, outcome)
+        return outcomes
+
+    # -- one host ---------------------------------------------------------
+
+    def _sync_if_behind(self, context, hostname, host, force=False):
+        """Sync unless the database says Placement holds its state.
+
+        Called with ``host.lock`` held.
+        """
+        with context.db.read_connection(context) as connection:
+            state = states_db.read(connection, hostname)
+        if states_db.in_sync(state) and not force:
+            return {'status': 'skipped'}
+        if not host.compute_node_names:
+            host.compute_node_names = (hostname,)
+        return self._sync(context, hostname, host, state)
+
+    def _sync(self, context, hostname, host, state):
         """Make Placement hold the host's deployables as the DB has them.
 
-        Called with ``host.lock`` held. Read under that lock, the
-        database state is never older than what a concurrent call of
-        this process synced.
+        Called with ``host.lock`` held. The desired generation is read
+        before the rows: a change committed after that read leaves the
+        host behind, so it is synced again later.
         """
+        if state is None:
+            with context.db.writer(context) as session:
+                state = states_db.ensure(session.connection(), hostname)
+        generation = state.desired_generation
         deployables = inventory_sync.host_deployables(
             context, hostname, missing_ids=host.missing_ids)
         desired = placement_sync.desired_providers(
             hostname, deployables,
             disabled=[d.name for d in deployables if d.reserved_fully])
         try:
-            result = self._sync_tree(hostname, host, desired)
+            result = self._sync_tree(hostname, host, desired,
+                                     state.compute_node_uuid)
         except placement_sync.ComputeNodeNotFound as exc:
             LOG.warning('Host %s: %s', hostname, exc)
+            self._record_error(context, hostname, exc)
             return {'status': 'no_compute_node', 'error': str(exc)}
         except UNREACHABLE as exc:
-            LOG.warning('Host %s: Placement unreachable, will retry on the '
-                        'next report: %s', hostname, exc)
+            LOG.warning('Host %s: Placement unreachable, will retry: %s',
+                        hostname, exc)
+            self._record_error(context, hostname, exc)
             return {'status': 'unreachable', 'error': str(exc)}
         except placement.PlacementError as exc:
-            LOG.warning('Host %s: Placement sync failed, will retry on the '
-                        'next report: %s', hostname, exc)
+            LOG.warning('Host %s: Placement sync failed, will retry: %s',
+                        hostname, exc)
+            self._record_error(context, hostname, exc)
             return {'status': 'failed', 'error': str(exc)}
 
         self._record_provider_uuids(context, hostname, deployables, result)
-        host.synced = not (result.failed or result.kept)
-        if result.kept or result.failed:
-            LOG.info('Host %s: providers kept %s, failed %s; retried on the '
-                     'next report', hostname, result.kept, result.failed)
-        return {'status': 'synced' if host.synced else 'partial',
+        complete = not (result.failed or result.kept)
+        with context.db.writer(context) as session:
+            connection = session.connection()
+            if complete:
+                states_db.record_synced(connection, hostname, generation,
+                                        host.compute_node.uuid)
+            else:
+                states_db.record_compute_node(connection, hostname,
+                                              host.compute_node.uuid)
+                states_db.record_error(connection, hostname, 'kept %s; '
+                                       'failed %s' % (result.kept,
+                                                      result.failed))
+        if not complete:
+            LOG.info('Host %s: providers kept %s, failed %s; retried later',
+                     hostname, result.kept, result.failed)
+        return {'status': 'synced' if complete else 'partial',
                 'compute_node': host.compute_node.matched_name,
                 'created': result.created, 'updated': result.updated,
                 'deleted': result.deleted, 'kept': result.kept,
                 'failed': result.failed, 'reads': result.reads,
                 'writes': result.writes}
 
-    def _sync_tree(self, hostname, host, desired):
+    def _record_error(self, context, hostname, error):
+        with context.db.writer(context) as session:
+            states_db.record_error(session.connection(), hostname, error)
+
+    def _sync_tree(self, hostname, host, desired, known_uuid=None):
         for attempt in range(2):
+            if host.compute_node is None and known_uuid and not attempt:
+                # Found earlier, maybe by another conductor: one GET.
+                provider = self.client.get_provider(known_uuid)
+                if provider is not None:
+                    host.compute_node = placement_sync.ComputeNode(
+                        provider, provider['name'], (provider['name'],))
             if host.compute_node is None:
                 host.compute_node = placement_sync.find_compute_node(
                     self.client, host.compute_node_names)
@@ -196,3 +314,20 @@ class HostSync:
             with context.db.writer(context) as session:
                 inventory_db.record_provider_uuids(session.connection(),
                                                    changed)
+
+
+def _log_repairs(hostname, outcome):
+    """One line per provider that drifted from the database."""
+    if outcome['status'] not in ('synced', 'partial'):
+        return
+    for name in outcome['created']:
+        LOG.warning('Host %s: resource provider %s was missing from '
+                    'Placement; recreated it with its inventory and traits',
+                    hostname, name)
+    for name in outcome['updated']:
+        LOG.warning('Host %s: the inventory or traits of resource provider '
+                    '%s in Placement differed from the database; repaired',
+                    hostname, name)
+    for name in outcome['deleted']:
+        LOG.warning('Host %s: resource provider %s had no deployable in the '
+                    'database; deleted it', hostname, name)

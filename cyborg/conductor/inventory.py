@@ -6,7 +6,9 @@ a deployable by its name on the host, an attach handle by (type, info)
 within its deployable -- and writes the difference in one transaction.
 
 An unchanged report costs three SELECTs and no lock, whatever the number
-of devices. A report with changes takes the host's write lock
+of devices. A report with changes bumps the host's desired Placement
+generation in its transaction (``cyborg.db.api.host_sync_states``) and
+takes the host's write lock
 (``cyborg.db.api.inventory.lock_host``), reads the host again under it
 and decides its writes on that fresh state, so that two conductors
 handling reports of the same host cannot write the same change twice.
@@ -27,6 +29,7 @@ from oslo_db import api as oslo_db_api
 
 from cyborg import exception
 from cyborg.db import models
+from cyborg.db.api import host_sync_states
 from cyborg.db.api import inventory as inventory_db
 
 MAINTAINING = 'maintaining'
@@ -122,6 +125,10 @@ def _apply_locked(context, inventory):
         stored = inventory_db.read_host(connection, inventory.hostname)
         plan = _Plan(inventory, stored)
         plan.write(connection)
+        if plan.has_writes():
+            # Committed with the change: Placement must follow it,
+            # whichever conductor syncs the host next.
+            host_sync_states.bump_desired(connection, inventory.hostname)
     return InventoryChanges(inventory.hostname, plan)
 
 

@@ -166,13 +166,12 @@ def check_database(db):
         connection.execute(sa.text('SELECT 1'))
 
 
-def check_placement(client):
-    # Any authenticated read proves the endpoint and the credentials.
-    client.find_provider_by_name('cyborg-conductor-reachability-check')
-
-
 class ConductorService(service.Service):
-    """Waits for the database, Placement and RabbitMQ, then serves RPC.
+    """Waits for the database and RabbitMQ, then serves RPC.
+
+    Placement is not waited for: binding needs none, reports are stored
+    whatever its state, and the periodic passes (retry, reconciliation)
+    sync it once it answers.
 
     ``transport``, ``db`` and ``placement`` are shared when given (the
     single-machine mode); otherwise they are made from ``conf`` and
@@ -206,10 +205,11 @@ class ConductorService(service.Service):
             db = session.Database(conf)
             self.on_stop(db.dispose)
         self.wait_for('the database', lambda: check_database(db))
+        # Not waited for: binds need no Placement, and the sync passes
+        # below bring Placement up to date whenever it answers.
         placement = self._placement
         if placement is None:
             placement = placement_client.PlacementClient.from_conf(conf)
-        self.wait_for('Placement', lambda: check_placement(placement))
         self.wait_for(service.describe_message_bus(conf),
                       lambda: service.check_message_bus(conf))
         if self.stopping:
@@ -237,9 +237,9 @@ class ConductorService(service.Service):
             glance=(self._glance if self._glance is not None
                     else _glance(conf)),
             membership=self.membership)
+        sync = host_sync.HostSync(placement)
         self.manager = ConductorManager(
-            host_sync.HostSync(placement), binder, self.membership,
-            rpcapi.ConductorAPI(transport))
+            sync, binder, self.membership, rpcapi.ConductorAPI(transport))
         server = rpc.get_server(transport, rpc.CONDUCTOR_TOPIC, conf.host,
                                 [self.manager], db=db)
         server.start()
@@ -257,6 +257,17 @@ class ConductorService(service.Service):
         # A conductor that joined or left moves hosts: their binds are
         # taken over or failed now, not at the next recovery interval.
         self.ring_change_hooks[:] = [self._recover_now]
+        # The hosts this conductor owns on the ring: those behind the
+        # database are synced again, and all are compared with Placement.
+        self.add_periodic('placement-retry',
+                          conf.conductor.sync_retry_interval,
+                          _PlacementPass(sync.retry_pending, context,
+                                         self.membership).run,
+                          initial_delay=conf.conductor.sync_retry_interval)
+        self.add_periodic('placement-reconcile',
+                          conf.conductor.reconcile_interval,
+                          _PlacementPass(sync.reconcile, context,
+                                         self.membership).run)
         self.add_periodic('heartbeat', conf.heartbeat_interval,
                           _logged_outage(heartbeat.beat, 'the heartbeat'),
                           initial_delay=conf.heartbeat_interval)
@@ -293,6 +304,22 @@ def _logged_outage(func, what):
             LOG.warning('cyborg-conductor: %s waits for the database: %s',
                         what, service.describe_error(exc))
     return run
+
+
+class _PlacementPass:
+    """A periodic Placement pass; a database outage waits for the next."""
+
+    def __init__(self, func, context, owner):
+        self.func = func
+        self.context = context
+        self.owner = owner
+
+    def run(self):
+        try:
+            self.func(self.context, self.owner)
+        except DATABASE_DOWN as exc:
+            LOG.warning('cyborg-conductor: the Placement pass waits for the '
+                        'database: %s', service.describe_error(exc))
 
 
 def _nova(conf):

@@ -54,11 +54,12 @@ class ConductorAPI:
         cctxt.cast(context, 'agent_heartbeat', host=host, version=version,
                    rpc_version=rpc_version, **extra)
 
-    def set_device_status(self, context, device_uuid, status):
+    def set_device_status(self, context, device_uuid, status, timeout=None):
         """``enabled`` or ``maintaining``: release or reserve the device's
-        inventory in Placement. Returns a summary of the change, as a dict.
+        inventory in Placement. Returns a summary of the change, as a dict
+        (``placement_updated`` from conductors of this release on).
         """
-        cctxt = self._client.prepare(version='1.0')
+        cctxt = self._client.prepare(version='1.0', timeout=timeout)
         return cctxt.call(context, 'set_device_status',
                           device_uuid=device_uuid, status=status)
 

@@ -22,6 +22,14 @@ opts = [
                help='Base URL that clients use to reach the API, for example '
                     'https://cloud.example.com/accelerator. When unset, links '
                     'are built from the URL of each request.'),
+    cfg.FloatOpt('conductor_timeout',
+                 default=10.0,
+                 min=0.5,
+                 help='Seconds an enable or disable request waits for a '
+                      'conductor to update Placement. The device status is '
+                      'stored first; past this bound the request answers '
+                      '503, saying that Placement will be updated when it '
+                      'can be, and the API worker is free again.'),
     cfg.IntOpt('max_limit',
                default=1000,
                min=1,

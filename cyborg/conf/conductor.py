@@ -68,6 +68,23 @@ opts = [
                     'agent does not answer, an event Nova cannot take): '
                     'each failure doubles its wait, from recovery_interval '
                     'up to this.'),
+    cfg.IntOpt('sync_retry_interval',
+               default=30,
+               min=1,
+               help='Seconds between two passes that sync to Placement the '
+                    'hosts whose resource providers are behind the database '
+                    '(a change made while Placement was unreachable, such '
+                    'as a device disabled then). Each conductor syncs the '
+                    'hosts it owns.'),
+    cfg.IntOpt('reconcile_interval',
+               default=300,
+               min=1,
+               help='Seconds between two reconciliation passes: each '
+                    'conductor compares the resource providers of the hosts '
+                    'it owns in Placement (providers, inventories, reserved, '
+                    'traits) with the database and repairs any difference, '
+                    'for example a provider deleted in Placement by hand. '
+                    'Every repair is logged as a warning.'),
 ]
 
 

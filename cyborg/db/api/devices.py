@@ -1,9 +1,15 @@
-"""Device queries for the API (reads only: the conductor writes devices)."""
+"""Device queries for the API.
+
+The conductor writes devices from the agents' reports; the API writes
+only a device's status (enable/disable), with the news for Placement.
+"""
 
 import sqlalchemy as sa
 
 from cyborg import exception
 from cyborg.db import models
+from cyborg.db.api import host_sync_states
+from cyborg.db.api import inventory as inventory_db
 from cyborg.db.api import pagination
 
 Device = models.Device
@@ -35,3 +41,22 @@ def get_device(context, uuid):
         raise exception.NotFound('No device with uuid %s exists.' % uuid,
                                  code='cyborg.device.not_found')
     return row
+
+
+def set_status(context, uuid, status):
+    """Compare-and-set the device's status; ``(hostname, changed)``.
+
+    A change bumps the host's desired Placement generation in the same
+    transaction: whoever syncs the host next reserves or releases the
+    device's inventory, even if the caller never gets that far.
+    """
+    with context.db.writer(context) as session:
+        connection = session.connection()
+        found = inventory_db.find_device_host(connection, uuid)
+        if found is None:
+            raise exception.NotFound('No device with uuid %s exists.' % uuid,
+                                     code='cyborg.device.not_found')
+        changed = inventory_db.set_device_status(connection, uuid, status)
+        if changed:
+            host_sync_states.bump_desired(connection, found.hostname)
+    return found.hostname, changed

@@ -4,16 +4,21 @@ stores them, and enable/disable through a real conductor over RPC.
 
 import datetime
 import pathlib
+import socket
 import subprocess
 import sys
+import time
 import uuid
 
+from keystoneauth1 import adapter as ks_adapter
+from keystoneauth1 import session as ks_session
 import oslo_messaging as messaging
 import pytest
 import sqlalchemy as sa
 import webtest
 
 from cyborg.api import app as api_app
+from cyborg.clients import placement as placement_client
 from cyborg.conductor import placement_sync
 from cyborg.db import models
 from tests import arq_stack
@@ -305,14 +310,45 @@ def test_disabling_an_unknown_device_is_404_without_a_call(
     assert missing in response.json['error_message']
 
 
-def test_a_conductor_that_does_not_answer_is_503(conf, rpc_api, hosts):
-    conf.set_override('rpc_response_timeout', 1)
+def test_a_conductor_that_does_not_answer_is_503_within_the_bound(
+        conf, db, rpc_api, hosts):
+    conf.set_override('rpc_response_timeout', 60)
+    conf.set_override('conductor_timeout', 1, group='api')
 
+    started = time.monotonic()
     response = rpc_api.post(DEVICES + '/%s/disable' % hosts['fpga'],
                             expect_errors=True)
 
+    # [api] conductor_timeout bounds the wait, not the RPC timeout.
+    assert time.monotonic() - started < 10
     assert response.status_int == 503
-    assert 'conductor' in response.json['error_message']
+    assert response.json['error_message'] == (
+        'Device %s is disabled in Cyborg, but no conductor updated '
+        'Placement within 1 seconds; Placement will be updated when it is '
+        'reachable again.' % hosts['fpga'])
+    # Stored: the conductors' next pass makes Placement follow.
+    assert status_in_db(db, hosts['fpga']) == 'maintaining'
+
+
+def test_placement_unreachable_is_503_and_the_status_is_stored(
+        rpc_api, db, hosts, transport):
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        closed = 'http://127.0.0.1:%d' % probe.getsockname()[1]
+    unreachable = placement_client.PlacementClient(ks_adapter.Adapter(
+        ks_session.Session(), service_type='placement',
+        endpoint_override=closed))
+    with arq_stack.serving_conductor(transport, db,
+                                     placement_client=unreachable):
+        response = rpc_api.post(DEVICES + '/%s/disable' % hosts['fpga'],
+                                expect_errors=True)
+
+    assert response.status_int == 503
+    assert response.json['error_message'] == (
+        'Device %s is disabled in Cyborg, but Placement is unreachable; '
+        'Placement will be updated when it is reachable again.'
+        % hosts['fpga'])
+    assert status_in_db(db, hosts['fpga']) == 'maintaining'
 
 
 def test_a_conductor_refusal_keeps_its_status_and_sentence(

@@ -112,9 +112,11 @@ def test_changed_report_writes_only_the_change(admin_context, db,
     changes = apply(admin_context, changed)
 
     assert changes.changed
+    # The last: Placement must follow (the host's desired generation).
     assert db_writes.tables() == [('DELETE', 'attach_handles'),
                                   ('INSERT', 'attributes'),
-                                  ('UPDATE', 'deployables')]
+                                  ('UPDATE', 'deployables'),
+                                  ('UPDATE', 'host_sync_states')]
     after = {h.uuid: h for h in rows(db, models.AttachHandle)}
     # The other handles keep their rows and uuids.
     assert set(after) < set(before)

@@ -170,14 +170,17 @@ def test_neighbours_down_at_start_and_while_running(deployment):
     agent.wait_for_log(r'cyborg-agent: waiting for RabbitMQ at %s'
                        % re.escape(gates['rabbit'].address))
     gates['database'].open()
-    conductor.wait_for_log(r'cyborg-conductor: waiting for Placement')
-    gates['placement'].open()
     conductor.wait_for_log(r'cyborg-conductor: waiting for RabbitMQ')
     time.sleep(2)
     assert conductor.alive and agent.alive
     gates['rabbit'].open()
+    # Placement is not waited for: the conductor serves RPC (binds,
+    # reports) without it and syncs it once it answers.
     conductor.wait_for_log(r'cyborg-conductor started')
     agent.wait_for_log(r'cyborg-agent started')
+    conductor.wait_for_log(r'Placement unreachable, will retry')
+    assert 'waiting for Placement' not in conductor.log()
+    gates['placement'].open()
     expected = {FAKE}
     deployment.wait_until_converged(expected)
 

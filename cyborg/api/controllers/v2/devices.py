@@ -42,12 +42,40 @@ def _checked_uuid(key):
                                  code='cyborg.device.not_found') from None
 
 
-def _set_status(request, device_uuid, status):
-    """Ask the conductor to move the device to ``status``."""
-    conductor_calls.call(
-        request, 'set_device_status', device_uuid, status,
-        unavailable='The conductor did not answer in time; device %s may '
-                    'still change to %s.' % (device_uuid, status))
+class PlacementPending(exception.CyborgError):
+    """The status is stored; Placement follows when it can."""
+
+    status = 503
+    code = 'cyborg.device.placement_pending'
+
+
+def _update_placement(request, device_uuid, status):
+    """Have a conductor bring Placement to the device's new status.
+
+    The status is in the database already; waiting at most ``[api]
+    conductor_timeout`` keeps the API worker free when no conductor
+    answers. Answers 503 unless Placement was updated.
+    """
+    timeout = request.app_state.conf.api.conductor_timeout
+    done = 'disabled' if status == 'maintaining' else 'enabled'
+    later = ('Device %s is %s in Cyborg, but %s; Placement will be updated '
+             'when it is reachable again.')
+    try:
+        summary = conductor_calls.call(request, 'set_device_status',
+                                       device_uuid, status, timeout=timeout)
+    except conductor_calls.ConductorUnavailable:
+        raise PlacementPending(later % (
+            device_uuid, done, 'no conductor updated Placement within '
+            '%g seconds' % timeout)) from None
+    outcome = summary.get('placement') or {}
+    # A conductor of the release before says placement_synced only.
+    if not summary.get('placement_updated',
+                       summary.get('placement_synced')):
+        why = ('Placement is unreachable'
+               if outcome.get('status') == 'unreachable'
+               else 'Placement could not be updated (%s)'
+               % (outcome.get('error') or outcome.get('failed')))
+        raise PlacementPending(later % (device_uuid, done, why))
 
 
 class DevicesController(resource.ResourceController):
@@ -86,7 +114,9 @@ class DevicesController(resource.ResourceController):
         request = pecan.request
         request.authorize('cyborg:device:' + action)
         device_uuid = _checked_uuid(key)
-        db.get_device(request.context, device_uuid)
-        _set_status(request, device_uuid, status)
+        # Stored first: whatever happens to the call below, the next
+        # conductor pass makes Placement follow (see host_sync).
+        db.set_status(request.context, device_uuid, status)
+        _update_placement(request, device_uuid, status)
         device = db.get_device(request.context, device_uuid)
         return _view(device, views.base_url(request), request.version)
