@@ -32,7 +32,12 @@ DATABASE_DOWN = (db_exception.DBConnectionError, sa.exc.OperationalError)
 
 
 class ConductorManager:
-    """RPC endpoints of ``rpcapi.ConductorAPI``."""
+    """RPC endpoints of ``rpcapi.ConductorAPI``.
+
+    Each drops the arguments of a newer caller (``rpc.ignores_unknown_args``,
+    next to the ``def``); the report is read at its payload version and
+    the summaries answered carry ``rpcapi.SUMMARY``'s.
+    """
 
     target = messaging.Target(version=rpcapi.VERSION)
 
@@ -42,27 +47,32 @@ class ConductorManager:
 
     # An outage of the database is expected now and then: the caller gets
     # the error and this log a one-line warning, not a traceback per call.
-    @messaging.expected_exceptions(*DATABASE_DOWN)
+    # A report that cannot be read (exception.Invalid) goes back to the
+    # agent with its reason.
+    @messaging.expected_exceptions(exception.Invalid, *DATABASE_DOWN)
+    @rpc.ignores_unknown_args
     def report_host_inventory(self, context, inventory,
                               compute_node_names=None):
+        snapshot = inventory_objects.HostInventory.from_dict(inventory)
         # A 1.0 agent sends no names: its compute node is found under its
         # host name.
-        names = compute_node_names or [inventory['hostname']]
-        with _database_outage('the report of host %s' % inventory['hostname']):
-            return self.sync.report(
-                context, inventory_objects.HostInventory.from_dict(inventory),
-                names)
+        names = compute_node_names or [snapshot.hostname]
+        with _database_outage('the report of host %s' % snapshot.hostname):
+            return rpcapi.SUMMARY.dump(
+                self.sync.report(context, snapshot, names))
 
     @messaging.expected_exceptions(*DATABASE_DOWN)
+    @rpc.ignores_unknown_args
     def set_device_status(self, context, device_uuid, status):
         with _database_outage('setting device %s %s' % (device_uuid,
                                                           status)):
-            return self.sync.set_device_status(context, device_uuid,
-                                               status)
+            return rpcapi.SUMMARY.dump(
+                self.sync.set_device_status(context, device_uuid, status))
 
 
     # -- accelerator requests (1.2) -----------------------------------
 
+    @rpc.ignores_unknown_args
     def bind_arqs(self, context, arq_uuids):
         # A cast: nobody waits for the answer, so every failure is logged
         # here; the ARQs left BindStarted are failed by recovery.
@@ -74,15 +84,18 @@ class ConductorManager:
 
     @messaging.expected_exceptions(binding.BindRefused, exception.NotFound,
                                    exception.Conflict, *DATABASE_DOWN)
+    @rpc.ignores_unknown_args
     def unbind_arqs(self, context, arq_uuids):
         self.binder.unbind(context, arq_uuids)
 
     @messaging.expected_exceptions(binding.BindRefused, *DATABASE_DOWN)
+    @rpc.ignores_unknown_args
     def finish_deleting_arqs(self, context, arq_uuids):
         self.binder.finish_deleting(context, arq_uuids)
 
     # Every refusal is a CyborgError with a sentence for the operator.
     @messaging.expected_exceptions(exception.CyborgError, *DATABASE_DOWN)
+    @rpc.ignores_unknown_args
     def program_deployable(self, context, deployable_uuid, image_uuid):
         return self.binder.program_deployable(context, deployable_uuid,
                                               image_uuid)
@@ -150,7 +163,8 @@ class ConductorService(service.Service):
         binder = binding.Binder(
             conf,
             agent_rpcapi.AgentAPI(transport,
-                                  timeout=conf.conductor.agent_timeout),
+                                  timeout=conf.conductor.agent_timeout,
+                                  version_cap=conf.upgrade_levels.agent),
             nova=self._nova if self._nova is not None else _nova(conf),
             glance=(self._glance if self._glance is not None
                     else _glance(conf)))
