@@ -3,15 +3,30 @@
 RabbitMQ in production (``[DEFAULT] transport_url``); the single-machine
 mode and some tests use oslo.messaging's in-process ``fake://`` driver.
 Request contexts travel as dicts and come back as ``RequestContext``.
+
+Rolling upgrades: each RPC API has a ``MAJOR.MINOR`` version. A client
+may be capped (``[upgrade_levels]``) at the version of the oldest
+service that may receive its messages; ``CappedClient.prepare`` refuses,
+with ``VersionCapped``, a call that needs more, and a method that has an
+older form asks ``can_send_version`` first. Endpoints take the keyword
+arguments of a newer caller without failing (``ignores_unknown_args``).
 """
 
 # First: selects oslo.service's threading backend before oslo.messaging
 # imports it (the API process loads this module only when it needs RPC).
 from cyborg import service  # noqa: F401, I001
 
+import functools
+import inspect
+import logging
+import threading
+
 import oslo_messaging as messaging
 
 from cyborg import context as cyborg_context
+from cyborg import exception
+
+LOG = logging.getLogger(__name__)
 
 CONDUCTOR_TOPIC = 'cyborg-conductor'
 AGENT_TOPIC = 'cyborg-agent'
@@ -50,11 +65,85 @@ def get_transport(conf, url=None):
     return messaging.get_rpc_transport(conf, url=url)
 
 
-def get_client(transport, topic, version, server=None, timeout=None):
+class VersionCapped(exception.CyborgError):
+    """A call needs a newer RPC API than ``[upgrade_levels]`` allows."""
+
+    status = 503
+    code = 'cyborg.rpc_version_capped'
+
+
+def get_client(transport, topic, version, server=None, timeout=None,
+               version_cap=None):
+    """An RPC client of ``topic``; ``version_cap`` (``[upgrade_levels]``)
+    is the newest version it may send, None for ``version``."""
     target = messaging.Target(topic=topic, version=version, server=server)
     return messaging.get_rpc_client(transport, target,
                                     serializer=ContextSerializer(),
-                                    timeout=timeout)
+                                    timeout=timeout,
+                                    version_cap=version_cap)
+
+
+class CappedClient:
+    """An RPC client that says plainly when its cap forbids a call.
+
+    ``peer`` names the receiving side in messages (``conductor``,
+    ``agent``), as its ``[upgrade_levels]`` option does.
+    """
+
+    def __init__(self, transport, topic, version, peer, version_cap=None,
+                 server=None, timeout=None):
+        self.peer = peer
+        self.version_cap = version_cap
+        self.client = get_client(transport, topic, version, server=server,
+                                 timeout=timeout, version_cap=version_cap)
+
+    def can_send_version(self, version):
+        return self.client.can_send_version(version)
+
+    def prepare(self, method, version, **kwargs):
+        """The call context of ``method``, sent as ``version``."""
+        if not self.can_send_version(version):
+            raise VersionCapped(
+                '%s needs %s RPC API %s, but [upgrade_levels] %s = %s '
+                'pins it lower; raise or remove the pin once every %s runs '
+                'a release that serves %s.'
+                % (method, self.peer, version, self.peer,
+                   self.version_cap, self.peer, version))
+        return self.client.prepare(version=version, **kwargs)
+
+
+_ignored_seen = set()
+_ignored_seen_lock = threading.Lock()
+
+
+def ignores_unknown_args(endpoint):
+    """An RPC endpoint method that drops the keyword arguments it does
+    not take (a newer caller's additions) instead of failing with
+    TypeError, and says so once at debug level.
+
+    Put it next to the ``def``: it reads the method's own signature.
+    """
+    parameters = inspect.signature(endpoint).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        raise TypeError('%s takes **kwargs already: decorate the method '
+                        'itself' % endpoint.__qualname__)
+    known = set(parameters)
+
+    @functools.wraps(endpoint)
+    def tolerant(self, context, *args, **kwargs):
+        unknown = tuple(sorted(set(kwargs) - known))
+        if unknown:
+            for name in unknown:
+                del kwargs[name]
+            key = (endpoint.__qualname__, unknown)
+            with _ignored_seen_lock:
+                first = key not in _ignored_seen
+                _ignored_seen.add(key)
+            if first:
+                LOG.debug('%s: ignoring arguments %s of a newer caller',
+                          endpoint.__qualname__, ', '.join(unknown))
+        return endpoint(self, context, *args, **kwargs)
+    return tolerant
 
 
 def get_server(transport, topic, server, endpoints, db=None):

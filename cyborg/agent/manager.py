@@ -163,12 +163,18 @@ class AgentManager:
 
     # -- RPC endpoint -------------------------------------------------
 
+    # Each endpoint drops the arguments of a newer conductor
+    # (rpc.ignores_unknown_args, next to the def) and reads its payloads
+    # with their versions (agent_rpcapi.ATTACH_HANDLE, BITSTREAM).
+
+    @rpc.ignores_unknown_args
     def ping(self, context):
         return {'host': self.conf.host,
                 'drivers': [d.name for d in self.drivers],
                 'version': agent_rpcapi.VERSION}
 
     @_answers_errors
+    @rpc.ignores_unknown_args
     def prepare_attach_handle(self, context, driver_name, attach_handle,
                               arq_uuid):
         driver, device, handle, uuid = self._find_attach_handle(
@@ -179,6 +185,7 @@ class AgentManager:
                  driver_name, arq_uuid)
 
     @_answers_errors
+    @rpc.ignores_unknown_args
     def release_attach_handle(self, context, driver_name, attach_handle,
                               arq_uuid):
         driver, device, handle, uuid = self._find_attach_handle(
@@ -189,15 +196,17 @@ class AgentManager:
                  driver_name, arq_uuid)
 
     @_answers_errors
+    @rpc.ignores_unknown_args
     def program(self, context, driver_name, controlpath_info, bitstream):
         started = time.monotonic()
         driver = self._driver(driver_name)
         device = self._find_device(driver, controlpath_info)
         address = _address_text(device.controlpath_info)
+        fields = agent_rpcapi.BITSTREAM.load(bitstream)
+        image_id = fields['image_id']
         try:
-            image_id = bitstream['image_id']
-            properties = dict(bitstream.get('properties') or {})
-        except (KeyError, TypeError, AttributeError, ValueError):
+            properties = dict(fields['properties'] or {})
+        except (TypeError, ValueError):
             raise agent_rpcapi.AgentError(
                 'A bitstream is {"image_id", "properties"}, not %r'
                 % (bitstream,))
@@ -211,9 +220,10 @@ class AgentManager:
                 LOG.info('FPGA %s of %s already holds bitstream %s (image '
                          '%s); not programming it again', address,
                          driver_name, wanted, image_id)
-                return {'device': address, 'image_id': image_id,
-                        'function_uuid': properties.get('function_uuid'),
-                        'seconds': 0.0, 'programmed': False}
+                return agent_rpcapi.PROGRAM_SUMMARY.dump({
+                    'device': address, 'image_id': image_id,
+                    'function_uuid': properties.get('function_uuid'),
+                    'seconds': 0.0, 'programmed': False})
             glance = self._glance_client()
             with tempfile.TemporaryDirectory(
                     prefix='cyborg-bitstream-') as directory:
@@ -235,11 +245,12 @@ class AgentManager:
         LOG.info('Programmed FPGA %s with image %s in %.1f s', address,
                  image_id, seconds)
         self.request_report()
-        return {'device': address,
-                'image_id': image_id,
-                'function_uuid': properties.get('function_uuid'),
-                'seconds': round(seconds, 3),
-                'programmed': True}
+        return agent_rpcapi.PROGRAM_SUMMARY.dump({
+            'device': address,
+            'image_id': image_id,
+            'function_uuid': properties.get('function_uuid'),
+            'seconds': round(seconds, 3),
+            'programmed': True})
 
     def _holds(self, driver, controlpath_info, wanted, function_uuid):
         """Whether this agent loaded ``wanted`` into the device last and
@@ -269,14 +280,15 @@ class AgentManager:
 
     def _find_attach_handle(self, driver_name, attach_handle):
         """(driver, device, handle, handle UUID) as discovered now."""
+        fields = agent_rpcapi.ATTACH_HANDLE.load(attach_handle)
+        uuid = fields['uuid']
+        attach_type = fields['attach_type']
         try:
-            uuid = attach_handle['uuid']
-            attach_type = attach_handle['attach_type']
-            attach_info = attach_handle['attach_info']
+            attach_info = fields['attach_info']
             if isinstance(attach_info, str):  # as a JSON column holds it
                 attach_info = json.loads(attach_info)
             attach_info = dict(attach_info)
-        except (KeyError, TypeError, ValueError):
+        except (TypeError, ValueError):
             raise agent_rpcapi.AgentError(
                 'An attach handle is {"uuid", "attach_type", '
                 '"attach_info"}, not %r' % (attach_handle,))
@@ -547,7 +559,8 @@ class AgentService(service.Service):
         self.manager = AgentManager(
             conf, drivers,
             conductor_rpcapi.ConductorAPI(
-                transport, timeout=conf.agent.report_timeout),
+                transport, timeout=conf.agent.report_timeout,
+                version_cap=conf.upgrade_levels.conductor),
             placement, glance=self._glance)
         server = rpc.get_server(transport, rpc.AGENT_TOPIC, conf.host,
                                 [self.manager])

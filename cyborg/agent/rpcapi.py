@@ -18,6 +18,12 @@ Anything else is a bug in the agent and arrives as
 Version history (bump the minor for additions, keep old calls working):
   1.0 ping
   1.1 prepare_attach_handle, release_attach_handle, program
+
+``[upgrade_levels] agent`` caps what the conductor sends, as
+``[upgrade_levels] conductor`` does for the conductor's API (see
+``cyborg.conductor.rpcapi``). The attach handle and bitstream sent, and
+the programming summary answered, are versioned payloads (``ATTACH_HANDLE``,
+``BITSTREAM``, ``PROGRAM_SUMMARY``).
 """
 
 # First: selects oslo.service's threading backend before oslo.messaging
@@ -29,8 +35,17 @@ import oslo_messaging as messaging
 from cyborg import exception
 from cyborg import rpc
 from cyborg.accelerator.drivers import base
+from cyborg.objects import payload
 
 VERSION = '1.1'
+
+# An attach handle as the conductor stores it; ``attach_info`` may be the
+# JSON text of its column.
+ATTACH_HANDLE = payload.Kind('attach handle', '1.0',
+                             required=('uuid', 'attach_type', 'attach_info'))
+BITSTREAM = payload.Kind('bitstream', '1.0', required=('image_id',),
+                         optional={'properties': dict})
+PROGRAM_SUMMARY = payload.Kind('programming summary', '1.0')
 
 
 class AgentError(exception.CyborgError):
@@ -59,7 +74,8 @@ class BitstreamUnavailable(AgentError):
 ANSWERED_ERRORS = {cls.__name__: cls for cls in (
     exception.CyborgError, exception.Invalid, exception.NotFound,
     exception.Conflict, base.DriverError, base.OperationNotSupported,
-    AgentError, DriverNotEnabled, NotOnThisHost, BitstreamUnavailable)}
+    AgentError, DriverNotEnabled, NotOnThisHost, BitstreamUnavailable,
+    payload.PayloadError, payload.PayloadVersionError)}
 
 
 def _as_answered(error):
@@ -72,22 +88,26 @@ def _as_answered(error):
 
 class AgentAPI:
 
-    def __init__(self, transport, timeout=None, program_timeout=None):
+    def __init__(self, transport, timeout=None, program_timeout=None,
+                 version_cap=None):
+        """``version_cap`` is ``[upgrade_levels] agent``."""
         self._transport = transport
         # Preparing or releasing a handle takes seconds; programming an
         # FPGA (download and vendor tool) takes longer.
         self._timeout = timeout
         self._program_timeout = (program_timeout if program_timeout
                                  is not None else timeout)
+        self._version_cap = version_cap
 
     def _call(self, context, host, version, method, timeout=None,
               **kwargs):
-        client = rpc.get_client(self._transport, rpc.AGENT_TOPIC, VERSION,
-                                server=host,
-                                timeout=timeout or self._timeout)
+        client = rpc.CappedClient(self._transport, rpc.AGENT_TOPIC, VERSION,
+                                  'agent', version_cap=self._version_cap,
+                                  server=host,
+                                  timeout=timeout or self._timeout)
+        cctxt = client.prepare(method, version)
         try:
-            return client.prepare(version=version).call(context, method,
-                                                        **kwargs)
+            return cctxt.call(context, method, **kwargs)
         except messaging.RemoteError as error:
             # oslo.messaging rebuilds only the exceptions of modules its
             # transport was told of; the others arrive as RemoteError.
@@ -110,14 +130,16 @@ class AgentAPI:
         is created with the handle's UUID; a PCI function needs nothing.
         """
         self._call(context, host, '1.1', 'prepare_attach_handle',
-                   driver_name=driver_name, attach_handle=attach_handle,
+                   driver_name=driver_name,
+                   attach_handle=ATTACH_HANDLE.dump(attach_handle),
                    arq_uuid=arq_uuid)
 
     def release_attach_handle(self, context, host, driver_name,
                               attach_handle, arq_uuid):
         """Undo ``prepare_attach_handle``; harmless if already undone."""
         self._call(context, host, '1.1', 'release_attach_handle',
-                   driver_name=driver_name, attach_handle=attach_handle,
+                   driver_name=driver_name,
+                   attach_handle=ATTACH_HANDLE.dump(attach_handle),
                    arq_uuid=arq_uuid)
 
     def program(self, context, host, driver_name, controlpath_info,
@@ -130,10 +152,10 @@ class AgentAPI:
         The agent downloads the image, has the driver load it and reports
         its inventory at once, so that the function trait reaches the
         database and Placement. Returns ``{'device', 'image_id',
-        'function_uuid', 'seconds'}``.
+        'function_uuid', 'seconds', 'version'}``.
         """
         return self._call(context, host, '1.1', 'program',
                           timeout=self._program_timeout,
                           driver_name=driver_name,
                           controlpath_info=controlpath_info,
-                          bitstream=bitstream)
+                          bitstream=BITSTREAM.dump(bitstream))

@@ -65,7 +65,8 @@ class AppState:
                     if transport is None:
                         transport = rpc.get_transport(self.conf)
                     self._conductor = conductor_rpcapi.ConductorAPI(
-                        transport)
+                        transport,
+                        version_cap=self.conf.upgrade_levels.conductor)
         return self._conductor
 
 

@@ -48,7 +48,12 @@ FORWARD_TIMEOUT = 20
 
 
 class ConductorManager:
-    """RPC endpoints of ``rpcapi.ConductorAPI``."""
+    """RPC endpoints of ``rpcapi.ConductorAPI``.
+
+    Each drops the arguments of a newer caller (``rpc.ignores_unknown_args``,
+    next to the ``def``); the report is read at its payload version and
+    the summaries answered carry ``rpcapi.SUMMARY``'s.
+    """
 
     target = messaging.Target(version=rpcapi.VERSION)
 
@@ -64,10 +69,15 @@ class ConductorManager:
 
     # An outage of the database is expected now and then: the caller gets
     # the error and this log a one-line warning, not a traceback per call.
-    @messaging.expected_exceptions(*DATABASE_DOWN)
+    # A report that cannot be read (exception.Invalid) goes back to the
+    # agent with its reason.
+    @messaging.expected_exceptions(exception.Invalid, *DATABASE_DOWN)
+    @rpc.ignores_unknown_args
     def report_host_inventory(self, context, inventory,
                               compute_node_names=None, forwarded=False):
-        hostname = inventory['hostname']
+        # Read first: a payload of an unknown major is refused here too.
+        snapshot = inventory_objects.HostInventory.from_dict(inventory)
+        hostname = snapshot.hostname
         # A 1.0 agent sends no names: its compute node is found under its
         # host name.
         names = compute_node_names or [hostname]
@@ -79,13 +89,11 @@ class ConductorManager:
             if answer is not None:
                 return answer
         with _database_outage('the report of host %s' % hostname):
-            summary = self.sync.report(
-                context, inventory_objects.HostInventory.from_dict(inventory),
-                names)
+            summary = self.sync.report(context, snapshot, names)
         summary['conductor'] = (self.membership.host
                                 if self.membership is not None else None)
         summary['owner'] = owner
-        return summary
+        return rpcapi.SUMMARY.dump(summary)
 
     def _owner_of(self, hostname):
         if self.membership is None:
@@ -115,15 +123,17 @@ class ConductorManager:
                                   version, rpc_version)
 
     @messaging.expected_exceptions(*DATABASE_DOWN)
+    @rpc.ignores_unknown_args
     def set_device_status(self, context, device_uuid, status):
         with _database_outage('setting device %s %s' % (device_uuid,
                                                           status)):
-            return self.sync.set_device_status(context, device_uuid,
-                                               status)
+            return rpcapi.SUMMARY.dump(
+                self.sync.set_device_status(context, device_uuid, status))
 
 
     # -- accelerator requests (1.2) -----------------------------------
 
+    @rpc.ignores_unknown_args
     def bind_arqs(self, context, arq_uuids):
         # A cast: nobody waits for the answer, so every failure is logged
         # here; the ARQs left BindStarted are failed by recovery.
@@ -135,15 +145,18 @@ class ConductorManager:
 
     @messaging.expected_exceptions(binding.BindRefused, exception.NotFound,
                                    exception.Conflict, *DATABASE_DOWN)
+    @rpc.ignores_unknown_args
     def unbind_arqs(self, context, arq_uuids):
         self.binder.unbind(context, arq_uuids)
 
     @messaging.expected_exceptions(binding.BindRefused, *DATABASE_DOWN)
+    @rpc.ignores_unknown_args
     def finish_deleting_arqs(self, context, arq_uuids):
         self.binder.finish_deleting(context, arq_uuids)
 
     # Every refusal is a CyborgError with a sentence for the operator.
     @messaging.expected_exceptions(exception.CyborgError, *DATABASE_DOWN)
+    @rpc.ignores_unknown_args
     def program_deployable(self, context, deployable_uuid, image_uuid):
         return self.binder.program_deployable(context, deployable_uuid,
                                               image_uuid)
@@ -232,14 +245,17 @@ class ConductorService(service.Service):
             conf,
             agent_rpcapi.AgentAPI(
                 transport, timeout=conf.conductor.agent_timeout,
-                program_timeout=conf.conductor.agent_program_timeout),
+                program_timeout=conf.conductor.agent_program_timeout,
+                version_cap=conf.upgrade_levels.agent),
             nova=self._nova if self._nova is not None else _nova(conf),
             glance=(self._glance if self._glance is not None
                     else _glance(conf)),
             membership=self.membership)
         sync = host_sync.HostSync(placement)
         self.manager = ConductorManager(
-            sync, binder, self.membership, rpcapi.ConductorAPI(transport))
+            sync, binder, self.membership,
+            rpcapi.ConductorAPI(transport,
+                                version_cap=conf.upgrade_levels.conductor))
         server = rpc.get_server(transport, rpc.CONDUCTOR_TOPIC, conf.host,
                                 [self.manager], db=db)
         server.start()

@@ -7,18 +7,44 @@ Version history (bump the minor for additions, keep old calls working):
   1.3 program_deployable
   1.4 agent_heartbeat (cast); report_host_inventory takes forwarded and
       answers conductor and owner; casts and calls may name a conductor
+
+Rolling upgrades: ``[upgrade_levels] conductor`` caps what this client
+sends. A method names the version it needs in ``_prepare``, which
+refuses it under a lower cap (``rpc.VersionCapped``); a method that has
+an older form checks ``can_send_version`` and falls back to it, as
+``report_host_inventory`` does. Adding a method: bump ``VERSION``, add
+a line above, give the endpoint the same version's arguments (with
+``rpc.ignores_unknown_args``) and call ``_prepare(name, VERSION)``.
+
+Payloads carry their own versions (``cyborg.objects.payload``); the
+summaries returned are ``SUMMARY`` payloads.
 """
 
 from cyborg import rpc
+from cyborg.objects import payload
 
 VERSION = '1.4'
+
+# What report_host_inventory and set_device_status answer: a dict of
+# facts for logs, read by nobody field by field.
+SUMMARY = payload.Kind('conductor summary', '1.0')
 
 
 class ConductorAPI:
 
-    def __init__(self, transport, timeout=None):
-        self._client = rpc.get_client(transport, rpc.CONDUCTOR_TOPIC,
-                                      VERSION, timeout=timeout)
+    def __init__(self, transport, timeout=None, version_cap=None):
+        """``version_cap`` is ``[upgrade_levels] conductor``."""
+        self._client = rpc.CappedClient(transport, rpc.CONDUCTOR_TOPIC,
+                                        VERSION, 'conductor',
+                                        version_cap=version_cap,
+                                        timeout=timeout)
+
+    def can_send_version(self, version):
+        """Whether the cap lets this client send ``version``."""
+        return self._client.can_send_version(version)
+
+    def _prepare(self, method, version, **kwargs):
+        return self._client.prepare(method, version, **kwargs)
 
     def report_host_inventory(self, context, inventory, compute_node_names,
                               server=None, forwarded=False, timeout=None):
@@ -28,19 +54,25 @@ class ConductorAPI:
         ``server`` names the conductor to ask (the host's owner on the
         ring), else any conductor answers. ``forwarded`` marks a report
         one conductor passes to the owner: it is never passed on again.
+        Capped at 1.0, the names are not sent: the conductor tries the
+        inventory's host name.
 
         Returns a summary of what changed, as a dict, with ``conductor``
         (who handled it) and ``owner`` (the host's owner on the ring).
         """
-        kwargs = {'inventory': inventory,
-                  'compute_node_names': list(compute_node_names)}
-        version = '1.1'
+        options = _options(server=server, timeout=timeout)
         if forwarded:
-            kwargs['forwarded'] = True
-            version = '1.4'
-        cctxt = self._client.prepare(version=version, server=server,
-                                     timeout=timeout)
-        return cctxt.call(context, 'report_host_inventory', **kwargs)
+            return self._prepare('report_host_inventory', '1.4',
+                                 **options).call(
+                context, 'report_host_inventory', inventory=inventory,
+                compute_node_names=list(compute_node_names), forwarded=True)
+        if not self.can_send_version('1.1'):
+            return self._prepare('report_host_inventory', '1.0',
+                                 **options).call(
+                context, 'report_host_inventory', inventory=inventory)
+        return self._prepare('report_host_inventory', '1.1', **options).call(
+            context, 'report_host_inventory', inventory=inventory,
+            compute_node_names=list(compute_node_names))
 
     def agent_heartbeat(self, context, host, version, rpc_version,
                         server=None, **extra):
@@ -48,20 +80,26 @@ class ConductorAPI:
 
         The message is a dict of keywords with the agent's package
         ``version`` and ``rpc_version``; a newer agent may add keys
-        (health, usage) that an older conductor ignores.
+        (health, usage) that an older conductor ignores. Not sent while
+        ``[upgrade_levels] conductor`` is below 1.4: an older conductor
+        has no services table to write.
         """
-        cctxt = self._client.prepare(version='1.4', server=server)
-        cctxt.cast(context, 'agent_heartbeat', host=host, version=version,
-                   rpc_version=rpc_version, **extra)
+        if not self.can_send_version('1.4'):
+            return
+        self._prepare('agent_heartbeat', '1.4',
+                      **_options(server=server)).cast(
+            context, 'agent_heartbeat', host=host, version=version,
+            rpc_version=rpc_version, **extra)
 
     def set_device_status(self, context, device_uuid, status, timeout=None):
         """``enabled`` or ``maintaining``: release or reserve the device's
         inventory in Placement. Returns a summary of the change, as a dict
         (``placement_updated`` from conductors of this release on).
         """
-        cctxt = self._client.prepare(version='1.0', timeout=timeout)
-        return cctxt.call(context, 'set_device_status',
-                          device_uuid=device_uuid, status=status)
+        return self._prepare('set_device_status', '1.0',
+                             **_options(timeout=timeout)).call(
+            context, 'set_device_status', device_uuid=device_uuid,
+            status=status)
 
     def bind_arqs(self, context, arq_uuids, server=None):
         """Bind these BindStarted accelerator requests; returns at once.
@@ -70,27 +108,31 @@ class ConductorAPI:
         conductor takes them. The outcome reaches Nova as external events
         and the ARQs' state.
         """
-        cctxt = self._client.prepare(version='1.2', server=server)
-        cctxt.cast(context, 'bind_arqs', arq_uuids=list(arq_uuids))
+        self._prepare('bind_arqs', '1.2', **_options(server=server)).cast(
+            context, 'bind_arqs', arq_uuids=list(arq_uuids))
 
     def unbind_arqs(self, context, arq_uuids):
         """Release the devices of these ARQs on their hosts and unbind
         them; raises if a host could not release (they are UnbindFailed).
         """
-        cctxt = self._client.prepare(version='1.2')
-        return cctxt.call(context, 'unbind_arqs', arq_uuids=list(arq_uuids))
+        return self._prepare('unbind_arqs', '1.2').call(
+            context, 'unbind_arqs', arq_uuids=list(arq_uuids))
 
     def finish_deleting_arqs(self, context, arq_uuids):
         """Release the devices of these Deleting ARQs and remove them."""
-        cctxt = self._client.prepare(version='1.2')
-        return cctxt.call(context, 'finish_deleting_arqs',
-                          arq_uuids=list(arq_uuids))
+        return self._prepare('finish_deleting_arqs', '1.2').call(
+            context, 'finish_deleting_arqs', arq_uuids=list(arq_uuids))
 
     def program_deployable(self, context, deployable_uuid, image_uuid,
                            timeout=None):
         """Load Glance image ``image_uuid`` into an FPGA deployable that
         has no accelerator in use; returns the agent's summary."""
-        cctxt = self._client.prepare(version='1.3', timeout=timeout)
-        return cctxt.call(context, 'program_deployable',
-                          deployable_uuid=deployable_uuid,
-                          image_uuid=image_uuid)
+        return self._prepare('program_deployable', '1.3',
+                             timeout=timeout).call(
+            context, 'program_deployable', deployable_uuid=deployable_uuid,
+            image_uuid=image_uuid)
+
+
+def _options(**options):
+    """The call options given: an option left None keeps the client's."""
+    return {k: v for k, v in options.items() if v is not None}

@@ -22,10 +22,11 @@ from cyborg.conf import keystone_authtoken
 from cyborg.conf import nova
 from cyborg.conf import pci
 from cyborg.conf import placement
+from cyborg.conf import upgrade_levels
 
 _GROUP_MODULES = (default, api, database, keystone_authtoken, cors,
                   http_proxy, placement, nova, glance, pci, gpu_devices,
-                  intel_nic, agent, conductor, fake_driver)
+                  intel_nic, agent, conductor, fake_driver, upgrade_levels)
 
 
 def register_opts(conf):

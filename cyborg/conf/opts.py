@@ -18,13 +18,14 @@ from cyborg.conf import intel_nic
 from cyborg.conf import nova
 from cyborg.conf import pci
 from cyborg.conf import placement
+from cyborg.conf import upgrade_levels
 
 
 def list_opts():
     """Every option group of the service, as the generator wants them."""
     groups = {}
     for module in (default, api, placement, nova, glance, pci, gpu_devices,
-                   intel_nic, agent, conductor, fake_driver):
+                   intel_nic, agent, conductor, fake_driver, upgrade_levels):
         for group, opts in module.list_opts().items():
             groups.setdefault(group, []).extend(opts)
     return [(group, copy.deepcopy(opts)) for group, opts in groups.items()]

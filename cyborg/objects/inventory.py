@@ -5,9 +5,21 @@ travels over RPC as plain JSON (``to_dict``/``from_dict``) and the
 conductor diffs it against the database. Every object has a natural key
 that is stable across reports, so that an unchanged host yields an
 unchanged snapshot.
+
+The host, each device, deployable and attach handle carry a payload
+version (``payload.py``): a conductor reads the report of an agent one
+release older or newer, ignoring fields it does not know and defaulting
+those the agent did not send.
 """
 
+import copy
 import dataclasses
+
+from cyborg.objects import payload
+
+# The payload version of each object below; bump the minor when adding
+# a field with a default, the major when an older reader cannot cope.
+VERSION = '1.0'
 
 # Device types of the API (Device.type).
 DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
@@ -50,6 +62,13 @@ class AttachHandle:
     def key(self):
         return (self.attach_type, tuple(sorted(self.attach_info.items())))
 
+    def to_dict(self):
+        return _KINDS[AttachHandle].dump(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data):
+        return cls(**_KINDS[AttachHandle].load(data))
+
 
 @dataclasses.dataclass
 class Deployable:
@@ -66,6 +85,18 @@ class Deployable:
     # Name of the parent deployable on the same device, for nested ones
     # (an FPGA region inside its board); None for a root.
     parent: str | None = None
+
+    def to_dict(self):
+        fields = _fields_but(self, 'attach_handles')
+        fields['attach_handles'] = [h.to_dict() for h in self.attach_handles]
+        return _KINDS[Deployable].dump(fields)
+
+    @classmethod
+    def from_dict(cls, data):
+        fields = _KINDS[Deployable].load(data)
+        fields['attach_handles'] = [AttachHandle.from_dict(h) for h in
+                                    _entries(fields, 'attach_handles')]
+        return cls(**fields)
 
 
 @dataclasses.dataclass
@@ -87,6 +118,18 @@ class Device:
         return (self.controlpath_type,
                 tuple(sorted(self.controlpath_info.items())))
 
+    def to_dict(self):
+        fields = _fields_but(self, 'deployables')
+        fields['deployables'] = [d.to_dict() for d in self.deployables]
+        return _KINDS[Device].dump(fields)
+
+    @classmethod
+    def from_dict(cls, data):
+        fields = _KINDS[Device].load(data)
+        fields['deployables'] = [Deployable.from_dict(d) for d in
+                                 _entries(fields, 'deployables')]
+        return cls(**fields)
+
 
 @dataclasses.dataclass
 class HostInventory:
@@ -94,15 +137,35 @@ class HostInventory:
     devices: list = dataclasses.field(default_factory=list)
 
     def to_dict(self):
-        return dataclasses.asdict(self)
+        return _KINDS[HostInventory].dump({
+            'hostname': self.hostname,
+            'devices': [d.to_dict() for d in self.devices]})
 
     @classmethod
     def from_dict(cls, data):
-        devices = []
-        for d in data['devices']:
-            deployables = [
-                Deployable(**{**dep, 'attach_handles': [
-                    AttachHandle(**h) for h in dep['attach_handles']]})
-                for dep in d['deployables']]
-            devices.append(Device(**{**d, 'deployables': deployables}))
-        return cls(hostname=data['hostname'], devices=devices)
+        """A report of any 1.x agent, versioned or not."""
+        fields = _KINDS[HostInventory].load(data)
+        fields['devices'] = [Device.from_dict(d) for d in
+                             _entries(fields, 'devices')]
+        return cls(**fields)
+
+
+_KINDS = {cls: payload.Kind.of_dataclass(name, VERSION, cls)
+          for cls, name in ((HostInventory, 'host inventory'),
+                            (Device, 'device'),
+                            (Deployable, 'deployable'),
+                            (AttachHandle, 'attach handle'))}
+
+
+def _fields_but(obj, nested):
+    """The fields of a dataclass but ``nested`` (its child objects),
+    copied as ``dataclasses.asdict`` copies them."""
+    return {f.name: copy.deepcopy(getattr(obj, f.name))
+            for f in dataclasses.fields(obj) if f.name != nested}
+
+
+def _entries(fields, name):
+    entries = fields[name]
+    if not isinstance(entries, list):
+        raise payload.PayloadError('%s is a list, not %r.' % (name, entries))
+    return entries

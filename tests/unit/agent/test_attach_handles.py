@@ -13,6 +13,7 @@ from cyborg.accelerator.drivers import fake
 from cyborg.accelerator.drivers import pci
 from cyborg.accelerator.drivers.gpu import nvidia
 from cyborg.agent import rpcapi as agent_rpcapi
+from cyborg.objects import payload as payloads
 from tests.unit.agent.conftest import HOST
 from tests.unit.agent.conftest import agent_conf
 from tests.unit.drivers.inventory_view import address_of
@@ -178,7 +179,8 @@ def test_handle_not_on_this_host(serve_agent):
 def test_malformed_attach_handle_is_refused(serve_agent):
     conf = agent_conf()
     agent = serve_agent(conf, [fake.FakeDriver(conf, pci.PCIReader('/'))])
-    with pytest.raises(agent_rpcapi.AgentError, match='not .*attach_type'):
+    with pytest.raises(payloads.PayloadError,
+                       match='attach handle payload .* lacks attach_info'):
         agent.api.prepare_attach_handle(
             agent.context, HOST, 'fake_driver',
             {'uuid': HANDLE_UUID, 'attach_type': 'TEST_PCI'}, ARQ_UUID)
