@@ -412,7 +412,7 @@ def test_young_binds_pass(db_url, tmp_path):
     code, checks = _checks(_config(tmp_path, db_url))
 
     assert checks[STALE] == (SUCCESS, 'No accelerator request has been '
-                             'BindStarted or Deleting for more than 300 s.')
+                             'BindStarted or Deleting for more than 330 s.')
     assert checks[ONLINE] == (SUCCESS,
                               'No online data migration has rows left.')
 
