@@ -19,12 +19,14 @@ than at the next interval: the loaded function's trait reaches the
 database and Placement the way every other trait does.
 
 Every ``[DEFAULT] heartbeat_interval`` seconds the agent casts a
-heartbeat to the conductor, which records the agent alive in the
-``services`` table. Reports and heartbeats go to the conductor that owns
-this host on the conductors' hash ring, as the last report's answer named
-it (``owner``); with no such hint, or when the owner does not answer a
-report, they go to the conductor topic, where any conductor takes them
-(and passes a report on to the owner).
+heartbeat to the conductor topic; whichever conductor takes it records
+the agent alive in the ``services`` table, so a dead conductor loses no
+heartbeat. Reports go to the conductor that owns this host on the
+conductors' hash ring, as the last report's answer named it (``owner``);
+with no such hint, or when the owner does not answer within ``[DEFAULT]
+service_down_time`` (by then a dead owner has left the ring), they go to
+the conductor topic, where any conductor takes them and passes them on
+to the owner.
 """
 
 import functools
@@ -458,14 +460,16 @@ class AgentManager:
         known or does not answer."""
         owner = self.owner
         if owner is not None:
+            timeout = min(self.conf.agent.report_timeout,
+                          self.conf.service_down_time)
             try:
                 return self.conductor.report_host_inventory(
-                    self._context, snapshot, names, server=owner)
+                    self._context, snapshot, names, server=owner,
+                    timeout=timeout)
             except messaging.MessagingTimeout:
                 LOG.warning('cyborg-agent: conductor %s, the owner of this '
                             'host, did not answer within %d s; reporting to '
-                            'any conductor', owner,
-                            self.conf.agent.report_timeout)
+                            'any conductor', owner, timeout)
                 self.owner = None
         return self.conductor.report_host_inventory(self._context, snapshot,
                                                     names)
@@ -480,7 +484,7 @@ class AgentManager:
             return False
         self.conductor.agent_heartbeat(
             self._context, self.conf.host, cyborg_version.package_version(),
-            agent_rpcapi.VERSION, server=self.owner)
+            agent_rpcapi.VERSION)
         return True
 
     def _failed(self, message):

@@ -27,16 +27,15 @@ _REMOTE_ERRORS = {
 }
 
 
-def call(request, method, *args, timeout=None, unavailable=None):
-    """``conductor.<method>(context, *args)``; ``unavailable`` is the
+def call(request, method, *args, unavailable=None, **options):
+    """``conductor.<method>(context, *args, **options)``; an option left
+    None (``timeout``, ``server``) is not passed. ``unavailable`` is the
     sentence for a conductor that does not answer."""
     import oslo_messaging as messaging  # as late as the transport itself
     conductor = request.app_state.conductor
+    options = {k: v for k, v in options.items() if v is not None}
     try:
-        if timeout is not None:
-            return getattr(conductor, method)(request.context, *args,
-                                              timeout=timeout)
-        return getattr(conductor, method)(request.context, *args)
+        return getattr(conductor, method)(request.context, *args, **options)
     except messaging.MessagingTimeout:
         raise ConductorUnavailable(
             unavailable or 'The conductor did not answer in time.') from None

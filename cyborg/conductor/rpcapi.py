@@ -91,13 +91,16 @@ class ConductorAPI:
             context, 'agent_heartbeat', host=host, version=version,
             rpc_version=rpc_version, **extra)
 
-    def set_device_status(self, context, device_uuid, status, timeout=None):
+    def set_device_status(self, context, device_uuid, status, timeout=None,
+                          server=None):
         """``enabled`` or ``maintaining``: release or reserve the device's
         inventory in Placement. Returns a summary of the change, as a dict
         (``placement_updated`` from conductors of this release on).
+        ``server`` names the conductor that owns the device's host.
         """
         return self._prepare('set_device_status', '1.0',
-                             **_options(timeout=timeout)).call(
+                             **_options(timeout=timeout,
+                                        server=server)).call(
             context, 'set_device_status', device_uuid=device_uuid,
             status=status)
 
@@ -111,16 +114,18 @@ class ConductorAPI:
         self._prepare('bind_arqs', '1.2', **_options(server=server)).cast(
             context, 'bind_arqs', arq_uuids=list(arq_uuids))
 
-    def unbind_arqs(self, context, arq_uuids):
+    def unbind_arqs(self, context, arq_uuids, timeout=None):
         """Release the devices of these ARQs on their hosts and unbind
         them; raises if a host could not release (they are UnbindFailed).
         """
-        return self._prepare('unbind_arqs', '1.2').call(
+        return self._prepare('unbind_arqs', '1.2',
+                             **_options(timeout=timeout)).call(
             context, 'unbind_arqs', arq_uuids=list(arq_uuids))
 
-    def finish_deleting_arqs(self, context, arq_uuids):
+    def finish_deleting_arqs(self, context, arq_uuids, timeout=None):
         """Release the devices of these Deleting ARQs and remove them."""
-        return self._prepare('finish_deleting_arqs', '1.2').call(
+        return self._prepare('finish_deleting_arqs', '1.2',
+                             **_options(timeout=timeout)).call(
             context, 'finish_deleting_arqs', arq_uuids=list(arq_uuids))
 
     def program_deployable(self, context, deployable_uuid, image_uuid,

@@ -25,11 +25,15 @@ opts = [
     cfg.FloatOpt('conductor_timeout',
                  default=10.0,
                  min=0.5,
-                 help='Seconds an enable or disable request waits for a '
-                      'conductor to update Placement. The device status is '
-                      'stored first; past this bound the request answers '
-                      '503, saying that Placement will be updated when it '
-                      'can be, and the API worker is free again.'),
+                 help='Seconds an API request waits for a conductor: an '
+                      'enable or disable for Placement to be updated (the '
+                      'device status is stored first; past this bound the '
+                      'request answers 503, saying that Placement will be '
+                      'updated when it can be), an unbind of a vGPU for its '
+                      'mediated device to be removed (503 past it), a '
+                      'delete for its devices to be released (204 past it; '
+                      'the recovery finishes). The API worker is free again '
+                      'after it whatever the conductors do.'),
     cfg.IntOpt('max_limit',
                default=1000,
                min=1,

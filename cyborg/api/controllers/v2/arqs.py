@@ -316,7 +316,15 @@ class AcceleratorRequestsController(resource.ResourceController):
             if missing:
                 raise db.not_found(', '.join(sorted(missing)))
             if any(r['attach_type'] in db.PREPARED_ON_HOST for r in rows):
-                conductor_calls.call(request, 'unbind_arqs', uuids)
+                # Bounded: an API worker never waits long on a conductor
+                # that is away. An unbind that goes on after the answer
+                # finishes by itself; asking again is harmless.
+                timeout = request.app_state.conf.api.conductor_timeout
+                conductor_calls.call(
+                    request, 'unbind_arqs', uuids, timeout=timeout,
+                    unavailable='No conductor released the devices of '
+                    'accelerator requests %s within %g seconds; ask again '
+                    'to see them unbound.' % (', '.join(uuids), timeout))
             else:
                 db.unbind(request.context, uuids, scope)
         pecan.response.status = 202
@@ -378,7 +386,9 @@ class AcceleratorRequestsController(resource.ResourceController):
             # Left Deleting if the conductor cannot finish now: its
             # recovery pass will.
             try:
-                conductor_calls.call(request, 'finish_deleting_arqs', deferred)
+                conductor_calls.call(
+                    request, 'finish_deleting_arqs', deferred,
+                    timeout=request.app_state.conf.api.conductor_timeout)
             except (conductor_calls.ConductorUnavailable, exception.Conflict):
                 pass
         pecan.response.status = 204

@@ -49,20 +49,24 @@ class PlacementPending(exception.CyborgError):
     code = 'cyborg.device.placement_pending'
 
 
-def _update_placement(request, device_uuid, status):
+def _update_placement(request, device_uuid, status, hostname):
     """Have a conductor bring Placement to the device's new status.
 
     The status is in the database already; waiting at most ``[api]
     conductor_timeout`` keeps the API worker free when no conductor
-    answers. Answers 503 unless Placement was updated.
+    answers. The call goes to the conductor that owns the device's host
+    on the ring, which syncs that host's other changes too. Answers 503
+    unless Placement was updated.
     """
     timeout = request.app_state.conf.api.conductor_timeout
     done = 'disabled' if status == 'maintaining' else 'enabled'
     later = ('Device %s is %s in Cyborg, but %s; Placement will be updated '
              'when it is reachable again.')
     try:
-        summary = conductor_calls.call(request, 'set_device_status',
-                                       device_uuid, status, timeout=timeout)
+        summary = conductor_calls.call(
+            request, 'set_device_status', device_uuid, status,
+            timeout=timeout,
+            server=request.app_state.membership.owner_of(hostname))
     except conductor_calls.ConductorUnavailable:
         raise PlacementPending(later % (
             device_uuid, done, 'no conductor updated Placement within '
@@ -116,7 +120,7 @@ class DevicesController(resource.ResourceController):
         device_uuid = _checked_uuid(key)
         # Stored first: whatever happens to the call below, the next
         # conductor pass makes Placement follow (see host_sync).
-        db.set_status(request.context, device_uuid, status)
-        _update_placement(request, device_uuid, status)
+        hostname, _ = db.set_status(request.context, device_uuid, status)
+        _update_placement(request, device_uuid, status, hostname)
         device = db.get_device(request.context, device_uuid)
         return _view(device, views.base_url(request), request.version)
