@@ -8,6 +8,7 @@ must remove it, and the handle must be free again afterwards.
 """
 
 import os
+import time
 import uuid
 
 import pytest
@@ -132,4 +133,64 @@ def test_a_failed_mdev_creation_fails_the_bind_and_frees_the_handle(
 
     assert failed['state'] == 'BindFailed'
     assert failed['attach_handle_type'] == ''
+    assert handles_in_use(db) == 0
+
+
+@pytest.fixture
+def slow_release(monkeypatch):
+    """The host takes 1.5 s to remove a mediated device."""
+    removing = pci.PCIReader.remove_mdev
+
+    def slowly(reader, uuid):
+        time.sleep(1.5)
+        return removing(reader, uuid)
+
+    monkeypatch.setattr(pci.PCIReader, 'remove_mdev', slowly)
+
+
+def _wait_for(predicate, timeout=10):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, 'gave up waiting'
+        time.sleep(0.05)
+
+
+def test_a_slow_unbind_answers_within_the_bound_and_finishes(
+        stack, conf, db, gpu_root, vgpu_rp, profile, slow_release):
+    conf.set_override('conductor_timeout', 0.5, group='api')
+    api = stack
+    bound = bind(api, vgpu_rp, str(uuid.uuid4()))
+    mdev = mdev_created(gpu_root, bound)
+
+    started = time.monotonic()
+    response = api.patch_json(ARQS + '/' + bound['uuid'], {bound['uuid']: [
+        {'op': 'remove', 'path': '/hostname'}]}, expect_errors=True)
+    waited = time.monotonic() - started
+
+    assert response.status_int == 503
+    assert 'within 0.5 seconds' in response.json['error_message']
+    assert waited < 1.4  # the bound, not the host's 1.5 s
+    # The unbind goes on without the API worker and finishes.
+    _wait_for(lambda: api.get(ARQS + '/' + bound['uuid']).json['state']
+              == 'Unbound')
+    with open(os.path.join(mdev, 'remove')) as f:
+        assert f.read() == '1'
+    assert handles_in_use(db) == 0
+
+
+def test_a_slow_delete_answers_within_the_bound_and_finishes(
+        stack, conf, db, gpu_root, vgpu_rp, profile, slow_release):
+    conf.set_override('conductor_timeout', 0.5, group='api')
+    api = stack
+    instance = str(uuid.uuid4())
+    bound = bind(api, vgpu_rp, instance)
+    mdev_created(gpu_root, bound)
+
+    started = time.monotonic()
+    response = api.delete(ARQS, {'instance': instance})
+    waited = time.monotonic() - started
+
+    assert response.status_int == 204
+    assert waited < 1.4
+    _wait_for(lambda: api.get(ARQS).json['arqs'] == [])
     assert handles_in_use(db) == 0
