@@ -147,8 +147,9 @@ def ignores_unknown_args(endpoint):
 
 
 def get_server(transport, topic, server, endpoints, db=None):
-    """An RPC server on ``topic``/``server`` with the threading executor."""
+    """An RPC server on ``topic``/``server`` with the threading executor,
+    which oslo.messaging chooses by itself in a process that eventlet did
+    not patch (naming it is deprecated)."""
     target = messaging.Target(topic=topic, server=server)
     return messaging.get_rpc_server(
-        transport, target, endpoints, executor='threading',
-        serializer=ContextSerializer(db))
+        transport, target, endpoints, serializer=ContextSerializer(db))
