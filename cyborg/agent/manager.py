@@ -185,6 +185,11 @@ class AgentManager:
         LOG.info('Prepared %s attach handle %s (%s) of %s for ARQ %s',
                  handle.attach_type, uuid, _address_text(handle.attach_info),
                  driver_name, arq_uuid)
+        # Tests only: a window in which the device exists and the
+        # conductor has not heard of it yet.
+        delay = self.conf.agent.test_prepare_answer_delay
+        if delay:
+            time.sleep(delay)
 
     @_answers_errors
     @rpc.ignores_unknown_args

@@ -388,7 +388,9 @@ class Binder:
         deployable = db.deployable_for_binding(context,
                                                uuid=deployable['uuid'])
         attributes, in_use = db.programming_facts(
-            context, deployable['id'], except_handle=handle['id'])
+            context, deployable['id'], except_handle=handle['id'],
+            same_request=(item.get('device_profile_id'),
+                          item['device_profile_group_id']))
         facts = bitstreams.FPGAFacts.from_device(deployable, attributes)
         image = bitstreams.choose_bitstream(self.glance, request, facts)
         if holds(deployable, attributes, image):

@@ -40,6 +40,15 @@ opts = [
                     'conductor waits for the whole program call (checked '
                     'when the agent starts): otherwise the card would '
                     'still be being programmed after its bind failed.'),
+    cfg.FloatOpt('test_prepare_answer_delay',
+                 default=0,
+                 min=0,
+                 help='For tests only; leave at 0 in production. Seconds '
+                      'the agent waits, after it has prepared an attach '
+                      'handle (created the mdev of a vGPU), before it '
+                      'answers the conductor: a test stops the conductor '
+                      'in that window, between the device being made and '
+                      'the bind being recorded.'),
 ]
 
 

@@ -303,7 +303,8 @@ def unfinished_binds(context, conductor):
 def _bind_work(session, where):
     rows = session.execute(
         sa.select(ARQ.id, ARQ.uuid, ARQ.hostname, ARQ.device_rp_uuid,
-                  ARQ.instance_uuid, ARQ.device_profile_group_id,
+                  ARQ.instance_uuid, ARQ.device_profile_id,
+                  ARQ.device_profile_group_id,
                   ARQ.attach_handle_id, Profile.name.label('profile_name'),
                   Profile.profile_json)
         .join(Profile, Profile.id == ARQ.device_profile_id)
@@ -340,10 +341,17 @@ def deployable_for_binding(context, rp_uuid=None, uuid=None):
     return dict(row._mapping)
 
 
-def programming_facts(context, deployable_id, except_handle=None):
+def programming_facts(context, deployable_id, except_handle=None,
+                      same_request=None):
     """What programming a deployable needs to know besides its row: its
     attributes and how many of its handles are in use (not counting
-    ``except_handle``, the binding ARQ's own)."""
+    ``except_handle``, the binding ARQ's own).
+
+    ``same_request`` is ``(device profile id, group index)`` of the
+    binding ARQ: handles of other ARQs still BindStarted for that same
+    group are not counted. They are not in an instance yet and want the
+    bitstream this program loads (a bind cut short by a conductor's
+    death, whose program ran to its end unrecorded)."""
     with context.db.reader(context) as session:
         attributes = dict(session.execute(
             sa.select(models.Attribute.key, models.Attribute.value).where(
@@ -353,6 +361,13 @@ def programming_facts(context, deployable_id, except_handle=None):
             Handle.in_use == sa.true())
         if except_handle is not None:
             in_use = in_use.where(Handle.id != except_handle)
+        if same_request is not None:
+            profile_id, group_id = same_request
+            in_use = in_use.where(~sa.exists().where(
+                ARQ.attach_handle_id == Handle.id,
+                ARQ.state == states.BIND_STARTED,
+                ARQ.device_profile_id == profile_id,
+                ARQ.device_profile_group_id == group_id))
         in_use = session.execute(in_use).scalar_one()
     return attributes, in_use
 
