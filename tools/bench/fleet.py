@@ -1,7 +1,7 @@
 """Benchmark a fleet of conductors: agents' reports and binds at scale.
 
     python tools/bench/fleet.py [--conductors 1,3] [--hosts 1000]
-        [--devices 8] [--duration 30] [--threads 32] [--binds 2000]
+        [--devices 8] [--duration 30] [--threads 32] [--binds 1000]
         [--bind-threads 20] [--placement-workers 2] [--max-runtime 900]
 
 What runs, each a process of its own unless said otherwise:
@@ -18,8 +18,9 @@ What runs, each a process of its own unless said otherwise:
   console script, with a generated configuration: the virtual host, the
   database, Placement, a Nova stand-in, ``heartbeat_interval = 2`` and
   ``service_down_time = 6``. The Placement retry and reconcile passes are
-  set to an hour so that they do not run during the measurements (an
-  unchanged report costs what it costs, not plus a pass over every host);
+  set to an hour, and each phase waits until the conductors and Placement
+  are idle, so that no pass runs during a measurement (a conductor that
+  joins compares its hosts with Placement once, at its start);
 - the REST API, served by gunicorn (2 sync workers), for the binds;
 - this process: the load generator, which is the agents of ``--hosts``
   hosts of ``--devices`` identical passthrough GPUs each (the report of
@@ -283,6 +284,10 @@ class Fleet:
         from tests import conftest
         conf = conftest.make_conf(self.url)
         conductor_rpc.use_fake_transport(conf, timeout=RPC_TIMEOUT)
+        # One connection per reporting thread, and the replies' and
+        # heartbeats' own.
+        conf.set_override('rpc_conn_pool_size', self.args.threads + 8,
+                          group='oslo_messaging_rabbit')
         conf.set_override('transport_url', RABBIT % self.vhost)
         self.transport = rpc.get_transport(conf)
         self._later(self.transport.cleanup)
@@ -659,6 +664,25 @@ PHASES = {'first': first_reports, 'unchanged': unchanged_reports,
           'binds': binds}
 
 
+def settle(fleet, idle=0.2, window=2.0, timeout=180):
+    """Wait until the conductors and Placement use less than ``idle`` of
+    a core: a conductor that just joined compares its hosts with Placement
+    at once (its reconcile pass), which is not the load being measured."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        before = fleet.cpu.snapshot()
+        time.sleep(window)
+        used = fleet.cpu.since(before)
+        busy = (used['cond'] + used['plc']) / window
+        if busy < idle:
+            break
+    waited = time.monotonic() - started
+    if waited > 2 * window:
+        print('  (waited %.0f s for the conductors and Placement to go '
+              'idle: %.2f cores busy at the end)' % (waited, busy),
+              flush=True)
+
+
 # --- the run -----------------------------------------------------------------
 
 def bench(args):
@@ -676,6 +700,7 @@ def bench(args):
                                          os.getloadavg()[0]), flush=True)
             print(HEADER)
             for name in args.phases:
+                settle(fleet)
                 for row in PHASES[name](fleet, agents, count):
                     print(row.line(), flush=True)
                     rows.append(row)
@@ -720,7 +745,7 @@ def parse_args(argv):
                              'conductors')
     parser.add_argument('--threads', type=int, default=32,
                         help='agents reporting at the same time')
-    parser.add_argument('--binds', type=int, default=2000,
+    parser.add_argument('--binds', type=int, default=1000,
                         help='instances bound per number of conductors')
     parser.add_argument('--bind-threads', type=int, default=20,
                         help='instances being bound at the same time')
