@@ -28,6 +28,7 @@ The checks read the database, the services' logs and Placement:
 
 import collections
 import re
+import threading
 import time
 
 import sqlalchemy as sa
@@ -186,13 +187,26 @@ class Fleet:
     def start(self, timeout=120):
         for conductor in self.conductors:
             conductor.start()
-        self.api.start(timeout=timeout)
+        # The API boots meanwhile: on two cores, starting a dozen Python
+        # processes one after another would take minutes.
+        api_failed = []
+
+        def start_api():
+            try:
+                self.api.start(timeout=timeout)
+            except AssertionError as exc:
+                api_failed.append(exc)
+
+        api_thread = threading.Thread(target=start_api, name='api-start')
+        api_thread.start()
         # An agent's first report must find a conductor's queue.
         for conductor in self.conductors:
             conductor.wait_for_log(r'cyborg-conductor started',
                                    timeout=timeout)
         for agent in self.agents.values():
             agent.start()
+        api_thread.join(timeout)
+        assert not api_thread.is_alive() and not api_failed, api_failed
 
     def stop(self):
         self.api.stop()
@@ -237,7 +251,10 @@ class Fleet:
         """Wait until every host's FPGA is in the DB and in Placement."""
         deadline = time.monotonic() + timeout
         while True:
+            # The cheap checks first: the comparison with Placement costs
+            # the test process (which serves Placement) a second or so.
             if (set(self.devices()) >= set(self.hosts)
+                    and not self.hosts_behind()
                     and not self.placement_differences()):
                 return
             self.check_alive()
@@ -245,7 +262,7 @@ class Fleet:
                 'the fleet did not report within %d s: devices of %s; %s'
                 % (timeout, sorted(self.devices()),
                    self.placement_differences()))
-            time.sleep(0.5)
+            time.sleep(1)
 
     # -- Placement ---------------------------------------------------------
 

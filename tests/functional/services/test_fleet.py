@@ -70,13 +70,20 @@ KILL_EVERY = 20
 PLACEMENT_DOWN_AT = 14
 PLACEMENT_DOWN = 30
 STATUS_CHANGE_AFTER = 3
-DELETE_PROVIDER_AT = 52
+DELETE_PROVIDER_AT = 50
 # The cycles go on at least this long, and until INSTANCE_CYCLES are done.
-MIN_RUN = 72
+MIN_RUN = 60
 # Nova waits this long for the events of a bind.
 EVENT_TIMEOUT = 90
 # A loaded machine: a periodic pass may start a little late.
 SLACK = 3
+# The owner of the host whose provider is deleted may be the conductor
+# just killed: its hosts move on once it misses SERVICE_DOWN_TIME, or it
+# is back first, and its first pass reads every provider of its hosts
+# afresh from a Placement that the test process serves under load
+# (about 10 s seen).
+RECREATE_WITHIN = (fleet_module.SERVICE_DOWN_TIME
+                   + 2 * fleet_module.RECONCILE_INTERVAL + 15)
 
 JSON = {'Content-Type': 'application/json', 'Accept': 'application/json'}
 SIGKILLED = -signal.SIGKILL
@@ -607,8 +614,8 @@ def test_fleet_stays_consistent(deployment, nova_events):  # noqa: F811
         assert fleet.reserved(chaos.disable_host) == fake.HANDLES
         assert fleet.reserved(chaos.enable_host) == 0
         assert (chaos.marks['provider recreated']
-                - chaos.marks['provider deleted']) <= (
-            fleet_module.RECONCILE_INTERVAL + SLACK), chaos.marks
+                - chaos.marks['provider deleted']) <= RECREATE_WITHIN, (
+            chaos.marks)
         assert not fleet.tracebacks(), fleet.tracebacks()
     finally:
         if chaos is not None and chaos._thread is not None:
