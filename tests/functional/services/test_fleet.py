@@ -606,7 +606,8 @@ def test_fleet_stays_consistent(deployment, nova_events):  # noqa: F811
         assert not workload.refused, workload.refused[:3]
         assert not workload.unanswered, workload.unanswered[:3]
         assert not bad_failures, dict(list(bad_failures.items())[:5])
-        assert not not_one, dict(list(not_one.items())[:5])
+        assert not not_one, describe_events(fleet, received,
+                                            list(not_one)[:3])
         assert not wrong_status, wrong_status[:5]
         assert not unknown_events, unknown_events[:5]
         assert not nova.invalid, nova.invalid[:3]
@@ -625,6 +626,21 @@ def test_fleet_stays_consistent(deployment, nova_events):  # noqa: F811
                 part.stop()
         deployment.gates['placement'].open()
         fleet.stop()
+
+
+def describe_events(fleet, received, arqs):
+    """What Nova got for ``arqs`` and what the conductors logged of
+    them, for a failure message."""
+    story = []
+    for arq in arqs:
+        story.append('ARQ %s: Nova got %s' % (arq, [
+            (e.status, e.code) for e in received.get(arq, ())]))
+        for conductor in fleet.conductors:
+            story += ['  %s: %s' % (conductor.config_file.parent.name,
+                                    line[:200])
+                      for line in conductor.log().splitlines()
+                      if arq in line]
+    return '\n'.join(story)
 
 
 # Binds in flight at the end finish, or fail at their deadline.
