@@ -64,7 +64,8 @@ BIND_TIMEOUT = 20
 AGENT_TIMEOUT = 3
 AGENT_PROGRAM_TIMEOUT = 5
 PROGRAM_TOOL_TIMEOUT = 4
-NOVA_EVENT_RETRY_AFTER = 10
+NOVA_TIMEOUT = 5
+NOVA_EVENT_RETRY_AFTER = 2 * NOVA_TIMEOUT + 5
 API_CONDUCTOR_TIMEOUT = 5
 
 # Why a bind may fail in a healthy fleet.
@@ -160,8 +161,13 @@ class Fleet:
     def _conductor(self, name):
         directory = self.deployment.directory / name
         directory.mkdir()
+        # One notification (its tries and the waits between them) must
+        # end before nova_event_retry_after, or recovery sends it again
+        # while the first sender still waits for Nova's answer.
         config = self._common(directory / 'cyborg-conductor.log',
-                              name) + self.nova.conf_section()
+                              name) + self.nova.conf_section() + (
+            'timeout = %d\nevent_retries = 1\nevent_retry_interval = 1\n'
+            % NOVA_TIMEOUT)
         return ServiceProcess('cyborg-conductor', directory, config)
 
     def _agent(self, host):
