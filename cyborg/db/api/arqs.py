@@ -50,7 +50,9 @@ _VIEW_COLUMNS = (
 )
 
 # Retried on deadlock: two binds on MariaDB may lock index gaps in
-# opposite orders.
+# opposite orders, as may two conductors' claims of the ARQs of
+# concurrent casts (UPDATE ... WHERE uuid IN (...)). Each function so
+# wrapped is one transaction that can run again from its start.
 _retry_on_deadlock = oslo_db_api.wrap_db_retry(
     max_retries=5, retry_on_deadlock=True, retry_interval=0.05,
     inc_retry_interval=True)
@@ -222,6 +224,7 @@ def _deadline(timeout):
     return models.utcnow() + datetime.timedelta(seconds=timeout)
 
 
+@_retry_on_deadlock
 def claim_binds(context, uuids, conductor, timeout):
     """Make this conductor the owner of the BindStarted ARQs of ``uuids``
     and return what binding them needs (see ``_BIND_COLUMNS``).
@@ -245,6 +248,7 @@ def claim_binds(context, uuids, conductor, timeout):
             ARQ.bind_conductor == conductor))
 
 
+@_retry_on_deadlock
 def take_over_binds(context, uuids, previous, conductor, timeout):
     """Compare-and-set the owner of the BindStarted ARQs of ``uuids``
     from ``previous`` (a dead conductor, or None: never claimed) to
@@ -266,6 +270,7 @@ def take_over_binds(context, uuids, previous, conductor, timeout):
             ARQ.bind_conductor == conductor))
 
 
+@_retry_on_deadlock
 def renew_deadlines(context, arq_ids, conductor, timeout):
     """Push the deadline of these ARQs (those still BindStarted and this
     conductor's) ``timeout`` seconds away: the owner is making progress
@@ -491,6 +496,7 @@ class BindLost(exception.Conflict):
                          % arq_id, code='cyborg.arq.bind_lost')
 
 
+@_retry_on_deadlock
 def finish_binding(context, arq_id, ok):
     """BindStarted → Bound (``ok``) or BindFailed, marking Nova's event as
     pending in the same transaction; a failed bind frees its handle.
@@ -573,6 +579,7 @@ def stale_events(context, older_than_seconds):
         return [tuple(r) for r in connection.execute(stmt)]
 
 
+@_retry_on_deadlock
 def claim_events(context, rows):
     """Of the stale events ``rows``, those this caller wins the right to
     send: a compare-and-set on ``updated_at`` per row, so that two
@@ -590,6 +597,7 @@ def claim_events(context, rows):
     return claimed
 
 
+@_retry_on_deadlock
 def events_delivered(context, arq_uuids):
     with context.db.writer(context) as session:
         session.execute(sa.update(ARQ).where(
