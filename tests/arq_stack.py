@@ -72,7 +72,14 @@ class RecordingNova:
         self._lock = threading.Lock()
         self.events = []
 
-    def notify_bound(self, events):
+    def notify_bound(self, events, claim=None, window=None):
+        # Claimed per instance right before "sending", as the real client.
+        if claim is not None:
+            by_instance = {}
+            for e in events:
+                by_instance.setdefault(e.instance_uuid, []).append(e)
+            events = [e for instance, group in by_instance.items()
+                      for e in claim(instance, group)]
         with self._lock:
             self.events.extend(events)
         return {e.instance_uuid: nova_client.Delivery(

@@ -125,13 +125,20 @@ class NovaClient:
         with self._lock:
             return self._posts
 
-    def notify_bound(self, events):
+    def notify_bound(self, events, claim=None, window=None):
         """Tell Nova about bind results; ``{instance uuid: Delivery}``.
 
         One POST per instance, in the order the instances first appear.
         Once an instance's events used up their retries on a transient
         failure, the next instances get a single try each until one of
         them gets through: Nova is most likely down for all of them.
+
+        ``claim(instance_uuid, events)``, when given, runs right before an
+        instance's first POST and returns the events this sender may
+        send (an instance with none is skipped, and absent from the
+        answer); ``window`` is how many seconds a claim holds: the POSTs
+        of one instance, retries included, end within it, so that no
+        other sender can take the same events while they are in flight.
         """
         by_instance = {}
         for event in events:
@@ -140,7 +147,14 @@ class NovaClient:
         deliveries = {}
         retries = self.retries
         for instance_uuid, instance_events in by_instance.items():
-            delivery = self._deliver(instance_uuid, instance_events, retries)
+            if claim is not None:
+                instance_events = claim(instance_uuid, instance_events)
+                if not instance_events:
+                    continue
+            deadline = (None if window is None
+                        else time.monotonic() + window)
+            delivery = self._deliver(instance_uuid, instance_events, retries,
+                                     deadline)
             deliveries[instance_uuid] = delivery
             if delivery.delivered:
                 retries = self.retries
@@ -148,12 +162,25 @@ class NovaClient:
                 retries = 0
         return deliveries
 
-    def _deliver(self, instance_uuid, events, retries):
+    def _deliver(self, instance_uuid, events, retries, deadline=None):
         body = {'events': [event.as_nova_event() for event in events]}
         attempt = 0
+        delay = 0.0
         while True:
             attempt += 1
-            delivery = self._post(instance_uuid, body, attempt)
+            timeout = None
+            if deadline is not None:
+                timeout = deadline - time.monotonic()
+                if attempt > 1 and timeout < delay + 1.0:
+                    # Another try would outlast the claim: the events
+                    # stay pending for a later sender.
+                    attempt -= 1
+                    break
+                time.sleep(delay)
+                timeout -= delay
+            elif delay:
+                time.sleep(delay)
+            delivery = self._post(instance_uuid, body, attempt, timeout)
             if (delivery.delivered or not delivery.transient
                     or attempt > retries):
                 break
@@ -162,7 +189,6 @@ class NovaClient:
             LOG.info('Retrying the accelerator-request-bound events of '
                      'instance %s in %.1f s: %s',
                      instance_uuid, delay, delivery.reason)
-            time.sleep(delay)
         if not delivery.delivered:
             LOG.warning('Nova was not told that the accelerator requests '
                         '%s of instance %s are bound (%d attempts): %s',
@@ -170,13 +196,19 @@ class NovaClient:
                         attempt, delivery.reason)
         return delivery
 
-    def _post(self, instance_uuid, body, attempt):
-        """One POST of the events of one instance, as a Delivery."""
+    def _post(self, instance_uuid, body, attempt, timeout=None):
+        """One POST of the events of one instance, as a Delivery; within
+        ``timeout`` seconds when given (else the session's)."""
         with self._lock:
             self._posts += 1
+        options = {}
+        if timeout is not None:
+            session_timeout = self._adapter.session.timeout
+            options['timeout'] = max(0.5, min(
+                timeout, session_timeout or timeout))
         try:
             response = self._adapter.post(
-                EVENTS_PATH, json=body, raise_exc=False,
+                EVENTS_PATH, json=body, raise_exc=False, **options,
                 microversion=MICROVERSION,
                 microversion_service_type=SERVICE_TYPE,
                 headers={'Accept': 'application/json'})

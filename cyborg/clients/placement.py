@@ -34,6 +34,11 @@ SERVICE_TYPE = 'placement'
 # A call that gets no answer must not hold a host's sync (and its lock)
 # forever; this applies when [placement] timeout is unset.
 DEFAULT_TIMEOUT = 30.0
+# A pooled connection that Placement's server closed (keep-alive expiry)
+# fails at its next use; one more attempt on a fresh connection spares
+# the host a whole retry interval. Applies when [placement]
+# connect_retries is unset.
+DEFAULT_CONNECT_RETRIES = 1
 
 # Placement's stable error codes (placement/errors.py).
 CODE_CONCURRENT_UPDATE = 'placement.concurrent_update'
@@ -160,14 +165,18 @@ class PlacementClient:
     def from_conf(cls, conf, group=placement_conf.GROUP):
         """From keystoneauth's session, auth and adapter options; every
         call times out after ``[placement] timeout`` seconds
-        (``DEFAULT_TIMEOUT`` when unset)."""
+        (``DEFAULT_TIMEOUT`` when unset) and is tried again once on a
+        connection that failed (``[placement] connect_retries``)."""
         auth = ks_loading.load_auth_from_conf_options(conf, group)
         session = ks_loading.load_session_from_conf_options(
             conf, group, auth=auth)
         if session.timeout is None:
             session.timeout = DEFAULT_TIMEOUT
-        return cls(ks_loading.load_adapter_from_conf_options(
-            conf, group, session=session, auth=auth))
+        adapter = ks_loading.load_adapter_from_conf_options(
+            conf, group, session=session, auth=auth)
+        if adapter.connect_retries is None:
+            adapter.connect_retries = DEFAULT_CONNECT_RETRIES
+        return cls(adapter)
 
     @classmethod
     def from_session(cls, session, **adapter_options):

@@ -258,7 +258,7 @@ class Binder:
         if not won:
             return None
         return (item['instance_uuid'], item['uuid'],
-                states.BOUND if ok else states.BIND_FAILED)
+                states.BOUND if ok else states.BIND_FAILED, won)
 
     def _prepare(self, context, item):
         deployable = db.deployable_for_binding(context,
@@ -482,24 +482,41 @@ class Binder:
     # -- Nova ------------------------------------------------------------
 
     def notify(self, context, events):
-        """Tell Nova of ``events``, (instance, arq uuid, state) of ARQs
-        this conductor moved to Bound or BindFailed: one call per
-        instance. What Nova got, or refused for good, is no longer
-        pending; the rest is sent again by a later recovery pass. Returns
-        the uuids of the ARQs still pending."""
+        """Tell Nova of ``events``, (instance, arq uuid, state, the
+        ``updated_at`` seen) of ARQs moved to Bound or BindFailed: one
+        call per instance, each claimed right before it is sent
+        (``db.claim_events``), so that a recovery pass or another
+        conductor never sends the same event too; the call ends within
+        ``nova_event_retry_after``, while the claim holds. What Nova got,
+        or refused for good, is no longer pending; the rest is sent again
+        by a later recovery pass. Returns the uuids of the ARQs still
+        pending or claimed by another sender."""
         if not events:
             return set()
         if self.nova is None:
             # No compute service to tell (the single-machine mode).
-            db.events_delivered(context, [arq for _, arq, _ in events])
+            db.events_delivered(context, [e[1] for e in events])
             return set()
         from cyborg.clients import nova as nova_client
+        seen = {arq: (instance, arq, state, stamp)
+                for instance, arq, state, stamp in events}
+        claimed = set()
+
+        def claim(instance_uuid, instance_events):
+            won = {arq for _, arq, _ in db.claim_events(
+                context, [seen[e.arq_uuid] for e in instance_events])}
+            claimed.update(won)
+            return [e for e in instance_events if e.arq_uuid in won]
+
+        window = max(1.0, self.conf.conductor.nova_event_retry_after - 2)
         results = self.nova.notify_bound(
             [nova_client.BoundEvent(instance, arq, state == states.BOUND)
-             for instance, arq, state in events])
+             for instance, arq, state, _ in events],
+            claim=claim, window=window)
         done, pending = [], set()
-        for instance, arq, _ in events:
-            if _settled(results.get(instance), instance, arq):
+        for instance, arq, _, _ in events:
+            if arq in claimed and _settled(results.get(instance), instance,
+                                           arq):
                 done.append(arq)
             else:
                 pending.add(arq)
@@ -565,7 +582,8 @@ class Binder:
                         '%d s; failed', arq['uuid'], arq['instance_uuid'],
                         self.bind_timeout)
         self.notify(context, [(a['instance_uuid'], a['uuid'],
-                               states.BIND_FAILED) for a in failed])
+                               states.BIND_FAILED, a['updated_at'])
+                              for a in failed])
         return failed
 
 

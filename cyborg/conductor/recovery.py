@@ -171,12 +171,12 @@ class Recovery:
         due = [row for row in db.stale_events(
             self.context, conductor.nova_event_retry_after)
             if self.event_backoff.due(row[1])]
-        unsent = db.claim_events(self.context, due)
-        if not unsent:
+        if not due:
             return set()
-        LOG.info('Sending Nova %d events again', len(unsent))
-        pending = self.binder.notify(self.context, unsent)
-        for _, arq, _ in unsent:
+        LOG.info('Sending Nova %d events again', len(due))
+        # Each instance's events are claimed right before they are sent.
+        pending = self.binder.notify(self.context, due)
+        for _, arq, _, _ in due:
             if arq in pending:
                 self.event_backoff.failed(arq)
             else:

@@ -500,16 +500,22 @@ class BindLost(exception.Conflict):
 def finish_binding(context, arq_id, ok):
     """BindStarted → Bound (``ok``) or BindFailed, marking Nova's event as
     pending in the same transaction; a failed bind frees its handle.
-    False if the ARQ had left BindStarted (the bind lost)."""
+
+    Returns the ``updated_at`` written, which its sender claims the event
+    with (``claim_events``); None if the ARQ had left BindStarted (the
+    bind lost)."""
     if ok:
+        stamp = models.utcnow()
         with context.db.writer(context) as session:
             done = session.execute(
                 sa.update(ARQ).where(
                     ARQ.id == arq_id, ARQ.state == states.BIND_STARTED
                 ).values(state=states.BOUND, bind_conductor=None,
-                         bind_deadline=None, nova_event_pending=True))
-            return done.rowcount == 1
-    return bool(_fail_binds(context, ARQ.id == arq_id))
+                         bind_deadline=None, nova_event_pending=True,
+                         updated_at=stamp))
+            return stamp if done.rowcount == 1 else None
+    failed = _fail_binds(context, ARQ.id == arq_id)
+    return failed[0]['updated_at'] if failed else None
 
 
 @_retry_on_deadlock
@@ -523,14 +529,15 @@ def _fail_binds(context, where):
         if not rows:
             return []
         ids = [r.id for r in rows]
+        stamp = models.utcnow()
         session.execute(
             sa.update(ARQ).where(ARQ.id.in_(ids)).values(
                 state=states.BIND_FAILED, bind_conductor=None,
                 bind_deadline=None, attach_handle_id=None,
                 deployable_id=None,
-                nova_event_pending=True))
+                nova_event_pending=True, updated_at=stamp))
         _free_handles(session, [r.attach_handle_id for r in rows])
-        return [dict(r._mapping) for r in rows]
+        return [dict(r._mapping, updated_at=stamp) for r in rows]
 
 
 def fail_stale_binds(context, older_than_seconds):
@@ -581,17 +588,26 @@ def stale_events(context, older_than_seconds):
 
 @_retry_on_deadlock
 def claim_events(context, rows):
-    """Of the stale events ``rows``, those this caller wins the right to
-    send: a compare-and-set on ``updated_at`` per row, so that two
-    conductors' recovery passes never send the same event twice."""
+    """Of the pending events ``rows`` (instance, uuid, state, the
+    ``updated_at`` seen), those this caller wins the right to send: a
+    compare-and-set on ``updated_at`` per row. The conductor that settled
+    a bind claims with the stamp ``finish_binding`` wrote, a recovery pass
+    with the one ``stale_events`` read, each right before sending: of two
+    senders only one wins, and the winner's new stamp holds off recovery
+    for ``nova_event_retry_after`` seconds."""
     claimed = []
+    now = models.utcnow()
     with context.db.writer(context) as session:
         for instance, uuid, state, seen in rows:
+            # Stamps have whole seconds: a claim in the second of the
+            # stamp it replaces must still change it, or a second sender
+            # holding the same stamp would win too.
+            stamp = now if seen is None else max(
+                now, seen + datetime.timedelta(seconds=1))
             done = session.execute(sa.update(ARQ).where(
                 ARQ.uuid == uuid, ARQ.nova_event_pending == sa.true(),
                 ARQ.updated_at == seen if seen is not None
-                else ARQ.updated_at.is_(None)).values(
-                updated_at=models.utcnow()))
+                else ARQ.updated_at.is_(None)).values(updated_at=stamp))
             if done.rowcount == 1:
                 claimed.append((instance, uuid, state))
     return claimed

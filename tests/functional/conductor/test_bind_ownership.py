@@ -345,3 +345,75 @@ def test_the_agent_refuses_a_tool_timeout_longer_than_the_call(conf):
                              r'be shorter than \[conductor\] '
                              r'agent_program_timeout \(240 s\)'):
         agent_manager.check_timeouts(conf)
+
+
+# -- one sender per event -----------------------------------------------------
+
+class HeldNova(arq_stack.RecordingNova):
+    """Claims like the real client, then holds the "POST" until told."""
+
+    def __init__(self):
+        super().__init__()
+        self.claimed = threading.Event()
+        self.release = threading.Event()
+
+    def notify_bound(self, events, claim=None, window=None):
+        sent = [e for e in events
+                if claim(e.instance_uuid, [e])]
+        self.claimed.set()
+        self.release.wait(10)
+        with self._lock:
+            self.events.extend(sent)
+        return {e.instance_uuid: nova_client.Delivery(
+            e.instance_uuid, delivered=True, attempts=1, status=200)
+            for e in sent}
+
+
+def test_an_event_in_flight_is_not_sent_by_a_second_sender(
+        conf, db, api, fpga_rp, profile, admin_context, recorded_nova):
+    (arq,) = started_binds(api, admin_context, fpga_rp, count=1)
+    arq_db.claim_binds(admin_context, [arq], ME, 300)
+    with db.engine.begin() as conn:
+        conn.execute(sa.update(ARQ).where(ARQ.uuid == arq).values(
+            bind_deadline=models.utcnow() - datetime.timedelta(seconds=1)))
+    (failed,) = arq_db.fail_overdue_binds(admin_context)
+    events = [(failed['instance_uuid'], arq, states.BIND_FAILED,
+               failed['updated_at'])]
+    held = HeldNova()
+    first = binding.Binder(conf, arq_stack.NoAgent(), owner=ME, nova=held)
+    second = binding.Binder(conf, arq_stack.NoAgent(), owner='conductor-2',
+                            nova=recorded_nova)
+    sending = threading.Thread(target=first.notify,
+                               args=(admin_context, events))
+    sending.start()
+    assert held.claimed.wait(10)
+
+    # The same event, as the other sender saw it: the claim is lost.
+    still_pending = second.notify(admin_context, events)
+    held.release.set()
+    sending.join(10)
+
+    assert still_pending == {arq}
+    assert recorded_nova.seen() == []
+    assert [a for _, a, _ in held.seen()] == [arq]
+    with db.engine.connect() as conn:
+        assert conn.execute(sa.select(ARQ.nova_event_pending).where(
+            ARQ.uuid == arq)).scalar_one() is False
+
+
+def test_a_delivery_ends_within_its_claim(conf, nova_events):  # noqa: F811
+    nova_events.configure(conf)
+    conf.set_override('event_retries', 5, group='nova')
+    conf.set_override('event_retry_interval', 1.0, group='nova')
+    nova = nova_client.NovaClient.from_conf(conf)
+    nova_events.answer_next(503, 503, 503, 503, 503, 503)
+    event = nova_client.BoundEvent(str(uuid.uuid4()), str(uuid.uuid4()),
+                                   True)
+
+    started = time.monotonic()
+    (delivery,) = nova.notify_bound([event], window=2.5).values()
+
+    # 1 s then 2 s between tries: a third try would end past the window.
+    assert time.monotonic() - started < 2.5
+    assert not delivery.delivered and delivery.attempts == 2
+    assert len(nova_events.calls) == 2
