@@ -31,11 +31,13 @@ from tests.functional.services.conftest import console_script
 NO_POLICY_FILE = '/nonexistent/cyborg-policy.yaml'
 
 
-def common_config(deployment, log_file, host):
+def common_config(deployment, log_file, host, default=(), placement=None,
+                  placement_timeout=10):
     """[DEFAULT], [database] and [placement] of a service of
     ``deployment``, with direct connections to RabbitMQ and the
-    database."""
-    endpoint = deployment.placement.serve()
+    database. ``default`` are more ``[DEFAULT]`` lines; ``placement`` is
+    another Placement endpoint (a gate's)."""
+    endpoint = placement or deployment.placement.serve()
     return '\n'.join([
         '[DEFAULT]',
         'host = %s' % host,
@@ -45,6 +47,7 @@ def common_config(deployment, log_file, host):
         'auth_strategy = noauth',
         'debug = false',
         'log_file = %s' % log_file,
+        *default,
         '[oslo_policy]',
         'policy_file = %s' % NO_POLICY_FILE,
         '[database]',
@@ -54,7 +57,7 @@ def common_config(deployment, log_file, host):
         'endpoint = %s' % endpoint,
         'token = admin',
         'endpoint_override = %s' % endpoint,
-        'timeout = 10',
+        'timeout = %d' % placement_timeout,
         '',
     ])
 
@@ -89,6 +92,45 @@ def conductor(deployment, host, nova_section, recovery_interval=1):
         '',
     ]) + nova_section
     return ServiceProcess('cyborg-conductor', directory, config)
+
+
+# JSON in and out, as every client of the API sends it.
+JSON = {'Content-Type': 'application/json', 'Accept': 'application/json'}
+
+
+class ProcessRig:
+    """One test's service processes, its API session and its database.
+
+    ``add`` the processes as they start; ``close`` stops the API and kills
+    every process. ``request`` asserts the status it expects and returns
+    the answer.
+    """
+
+    def __init__(self, deployment):
+        self.deployment = deployment
+        self.engine = deployment.db_engine
+        self.processes = []
+        self.api = None
+        self.session = requests.Session()
+        self.session.headers.update(JSON)
+
+    def add(self, process):
+        self.processes.append(process)
+        return process
+
+    def close(self):
+        if self.api is not None:
+            self.api.stop()
+        for process in self.processes:
+            process.kill()
+        self.session.close()
+
+    def request(self, method, path, expected, **kwargs):
+        kwargs.setdefault('timeout', 60)
+        answer = self.session.request(method, self.api.url + path, **kwargs)
+        assert answer.status_code == expected, (
+            '%s %s: %d %s' % (method, path, answer.status_code, answer.text))
+        return answer
 
 
 class APIServer:

@@ -42,7 +42,6 @@ from cyborg.db import models
 from cyborg.db import session as db_session
 from tests.conftest import make_conf
 from tests.functional.services import arq_services
-from tests.functional.services.conftest import RABBIT
 from tests.functional.services.conftest import ServiceProcess
 from tests.placement_service import create_compute_node
 
@@ -118,33 +117,17 @@ class Fleet:
     # -- the processes -----------------------------------------------------
 
     def _common(self, log_file, host, heartbeat=HEARTBEAT_INTERVAL):
-        deployment = self.deployment
-        return '\n'.join([
-            '[DEFAULT]',
-            'host = %s' % host,
-            'transport_url = rabbit://guest:guest@%s:%d/%s'
-            % (RABBIT[0], RABBIT[1], deployment.vhost),
-            'rpc_response_timeout = 10',
-            'auth_strategy = noauth',
-            'debug = false',
-            'log_file = %s' % log_file,
-            'heartbeat_interval = %d' % heartbeat,
-            'service_down_time = %d' % SERVICE_DOWN_TIME,
+        return arq_services.common_config(
+            self.deployment, log_file, host,
+            default=['heartbeat_interval = %d' % heartbeat,
+                     'service_down_time = %d' % SERVICE_DOWN_TIME],
+            placement=self.placement_endpoint,
+            placement_timeout=5) + '\n'.join([
             '[oslo_messaging_rabbit]',
             'rabbit_retry_interval = 1',
             'rabbit_retry_backoff = 1',
             'rabbit_interval_max = 2',
             'kombu_reconnect_delay = 0.5',
-            '[oslo_policy]',
-            'policy_file = %s' % arq_services.NO_POLICY_FILE,
-            '[database]',
-            'connection = %s' % deployment.db_url,
-            '[placement]',
-            'auth_type = admin_token',
-            'endpoint = %s' % self.placement_endpoint,
-            'token = admin',
-            'endpoint_override = %s' % self.placement_endpoint,
-            'timeout = 5',
             '[conductor]',
             'retry_interval = 1',
             'recovery_interval = %d' % RECOVERY_INTERVAL,

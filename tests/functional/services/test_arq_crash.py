@@ -44,7 +44,6 @@ import signal
 import time
 import uuid
 
-import requests
 import sqlalchemy as sa
 
 from cyborg import states
@@ -61,7 +60,6 @@ from tests.nova_events import nova_events  # noqa: F401
 
 ARQ = models.ExtendedAcceleratorRequest
 Handle = models.AttachHandle
-JSON = {'Content-Type': 'application/json', 'Accept': 'application/json'}
 INSTANCES = 3
 PROFILE = 'crash-fpga'
 RECOVERY_INTERVAL = 1
@@ -151,18 +149,13 @@ class Timeline:
         return ', '.join('%s %.1f s' % mark for mark in self.marks)
 
 
-class Rig:
+class Rig(arq_services.ProcessRig):
     """One test's processes and what it made through the API."""
 
     def __init__(self, deployment, glance_server, nova):
-        self.deployment = deployment
+        super().__init__(deployment)
         self.glance = glance_server
         self.nova = nova
-        self.engine = deployment.db_engine
-        self.processes = []
-        self.api = None
-        self.session = requests.Session()
-        self.session.headers.update(JSON)
         self.rp_uuid = None
         self.image = None
         self.arqs = {}  # instance uuid -> [ARQ uuid]
@@ -180,24 +173,6 @@ class Rig:
             {fake.DEPLOYABLE_NAME})
         self.rp_uuid = providers['%s_%s' % (self.deployment.host,
                                             fake.DEPLOYABLE_NAME)][0]
-
-    def add(self, process):
-        self.processes.append(process)
-        return process
-
-    def close(self):
-        if self.api is not None:
-            self.api.stop()
-        for process in self.processes:
-            process.kill()
-        self.session.close()
-
-    def request(self, method, path, expected, **kwargs):
-        answer = self.session.request(method, self.api.url + path,
-                                      timeout=30, **kwargs)
-        assert answer.status_code == expected, (
-            '%s %s: %d %s' % (method, path, answer.status_code, answer.text))
-        return answer
 
     # -- the bitstream, the profile, the ARQs ---------------------------
 

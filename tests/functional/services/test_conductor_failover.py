@@ -33,7 +33,6 @@ import signal
 import time
 import uuid
 
-import requests
 import sqlalchemy as sa
 
 from cyborg import states
@@ -47,7 +46,6 @@ from tests.unit.drivers.trees import sysfs
 
 ARQ = models.ExtendedAcceleratorRequest
 Handle = models.AttachHandle
-JSON = {'Content-Type': 'application/json', 'Accept': 'application/json'}
 SIGKILLED = -signal.SIGKILL
 VGPU_TYPE = 'nvidia-472'
 # The A100's three VFs offer vGPUs of that type.
@@ -63,21 +61,13 @@ PREPARE_DELAY = 2
 
 # -- the processes -----------------------------------------------------------
 
-def config(deployment, log_file, host, default=(), placement=None):
-    """``arq_services.common_config`` with more ``[DEFAULT]`` lines and,
-    optionally, another Placement endpoint (a gate's)."""
-    text = arq_services.common_config(deployment, log_file, host)
-    if placement is not None:
-        text = text.replace(deployment.placement.serve(), placement)
-    return text.replace('[DEFAULT]\n', '\n'.join(
-        ['[DEFAULT]', *default, '']), 1)
-
 
 def vgpu_agent(deployment, sysfs_root):
     directory = deployment.directory / 'agent'
     directory.mkdir()
-    text = config(deployment, directory / 'cyborg-agent.log',
-                  deployment.host) + '\n'.join([
+    text = arq_services.common_config(
+        deployment, directory / 'cyborg-agent.log',
+        deployment.host) + '\n'.join([
         '[agent]',
         'enabled_drivers = nvidia_gpu_driver',
         'report_interval = %d' % REPORT_INTERVAL,
@@ -98,8 +88,9 @@ def vgpu_agent(deployment, sysfs_root):
 def fake_agent(deployment, placement):
     directory = deployment.directory / 'agent'
     directory.mkdir()
-    text = config(deployment, directory / 'cyborg-agent.log',
-                  deployment.host, placement=placement) + '\n'.join([
+    text = arq_services.common_config(
+        deployment, directory / 'cyborg-agent.log', deployment.host,
+        placement=placement) + '\n'.join([
         '[agent]',
         'enabled_drivers = fake_driver',
         'report_interval = %d' % REPORT_INTERVAL,
@@ -114,8 +105,9 @@ def conductor(deployment, directory_name, host, nova=None, default=(),
               placement=None):
     directory = deployment.directory / directory_name
     directory.mkdir()
-    text = config(deployment, directory / 'cyborg-conductor.log', host,
-                  default, placement) + '\n'.join([
+    text = arq_services.common_config(
+        deployment, directory / 'cyborg-conductor.log', host, default,
+        placement) + '\n'.join([
         '[conductor]',
         'retry_interval = 1',
         'recovery_interval = 1',
@@ -129,21 +121,16 @@ def conductor(deployment, directory_name, host, nova=None, default=(),
 
 def api_server(deployment, default=(), placement=None, extra=''):
     api = arq_services.APIServer(deployment, workers=1)
-    api.config_file.write_text(config(
+    api.config_file.write_text(arq_services.common_config(
         deployment, api.log_file, 'cyborg-api', default, placement) + extra)
     return api
 
 
-class Rig:
+class Rig(arq_services.ProcessRig):
     """One test's processes, its API session and what the DB holds."""
 
     def __init__(self, deployment):
-        self.deployment = deployment
-        self.engine = deployment.db_engine
-        self.processes = []
-        self.api = None
-        self.session = requests.Session()
-        self.session.headers.update(JSON)
+        super().__init__(deployment)
         self.started = time.monotonic()
 
     def now(self):
@@ -157,24 +144,6 @@ class Rig:
         api.start()
         for process in conductors:
             process.wait_for_log(r'cyborg-conductor started')
-
-    def add(self, process):
-        self.processes.append(process)
-        return process
-
-    def close(self):
-        if self.api is not None:
-            self.api.stop()
-        for process in self.processes:
-            process.kill()
-        self.session.close()
-
-    def request(self, method, path, expected, **kwargs):
-        answer = self.session.request(method, self.api.url + path,
-                                      timeout=60, **kwargs)
-        assert answer.status_code == expected, (
-            '%s %s: %d %s' % (method, path, answer.status_code, answer.text))
-        return answer
 
     def make_arqs(self, profile, groups, instances):
         """A profile and one ARQ per instance; {instance: arq uuid}."""
