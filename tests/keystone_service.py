@@ -28,9 +28,9 @@ What it holds once started (password auth, domain ``default``)::
     cyborg   service    service (the API's own user, for auth_token)
     auditor  (none)     reader of the system only
 
-Use (in a ``conftest.py``)::
-
-    from tests.keystone_service import keystone_service  # noqa: F401
+Use: the ``keystone_service`` fixture of
+``tests/functional/keystone/conftest.py`` starts one for the session;
+``tools/tempest/keystone_local.py`` starts one for the tempest runner::
 
     def test_x(keystone_service, conf):
         keystone_service.configure_authtoken(conf)  # auth_strategy=keystone
@@ -57,7 +57,6 @@ import time
 from keystoneauth1 import loading as ks_loading
 from keystoneauth1 import session as ks_session
 from keystoneauth1.identity import v3
-import pytest
 
 from tests import cached_venv
 
@@ -329,6 +328,11 @@ class KeystoneService:
                 self._process.wait(timeout=15)
             self._process = None
 
+    @property
+    def pid(self):
+        """The Keystone process's id; None when it is not running."""
+        return None if self._process is None else self._process.pid
+
     # -- the admin's REST calls ----------------------------------------------
 
     def _call(self, method, path, expected=(200,), body=None):
@@ -464,10 +468,3 @@ class KeystoneService:
             conf.set_override(name, value, group=group)
         return conf
 
-
-@pytest.fixture(scope='session')
-def keystone_service(tmp_path_factory):
-    """A ``KeystoneService`` shared by the session (installed on demand)."""
-    service = KeystoneService(tmp_path_factory.mktemp('keystone')).start()
-    yield service
-    service.stop()

@@ -8,15 +8,6 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 
 WORK_DIR=${WORK_DIR:-/tmp/cyborg-tempest}
-# shared/ sits beside the checkout; a clone made elsewhere finds it
-# beside the repository it was cloned from.
-if [ -z "${KEYSTONE_SH:-}" ]; then
-  KEYSTONE_SH=$(dirname "$REPO")/shared/tools/keystone-local.sh
-  ORIGIN=$(git -C "$REPO" config --get remote.origin.url 2>/dev/null || true)
-  if [ ! -f "$KEYSTONE_SH" ] && [ -d "$ORIGIN" ]; then
-    KEYSTONE_SH=$(dirname "$(cd "$ORIGIN" && pwd)")/shared/tools/keystone-local.sh
-  fi
-fi
 KS_VENV=${KS_VENV:-$WORK_DIR/venvs/keystone}
 TEMPEST_VENV=${TEMPEST_VENV:-$WORK_DIR/venvs/tempest}
 TEMPEST_VERSION=${TEMPEST_VERSION:-47.0.0}
@@ -31,7 +22,6 @@ TEMPEST_CONCURRENCY=${TEMPEST_CONCURRENCY:-2}
 POLICY_MODE=${POLICY_MODE:-new}          # new | legacy | both ([oslo_policy] enforce_new_defaults)
 DB_BACKEND=${DB_BACKEND:-auto}           # auto | mysql | sqlite
 DB_NAME=${DB_NAME:-cyborg_tempest}
-ADMIN_PASS=${ADMIN_PASS:-secretpass}
 SERVICE_PASS=${SERVICE_PASS:-cyborg-secret}
 # The agent's [DEFAULT] host, and so the compute node's name in Placement.
 COMPUTE_HOST=${COMPUTE_HOST:-$(hostname -s 2>/dev/null || python3 -c \
@@ -215,19 +205,23 @@ then
     "tempest==$TEMPEST_VERSION" "cyborg-tempest-plugin==$PLUGIN_VERSION"
 fi
 
-# --- 1. Keystone ---
-[ -f "$KEYSTONE_SH" ] || { echo "no $KEYSTONE_SH (shared/ must sit beside the repo)" >&2; exit 2; }
-KS_PORT=$(free_port "${KS_PORT:-5000}")
-KS_URL=http://127.0.0.1:$KS_PORT
-[ -x "$KS_VENV/bin/keystone-manage" ] || log "keystone-local.sh installs keystone into $KS_VENV"
-log "starting keystone on $KS_URL"
-if ! KS_DIR=$KS_DIR KS_PORT=$KS_PORT KS_VENV=$KS_VENV ADMIN_PASS=$ADMIN_PASS \
-    bash "$KEYSTONE_SH" >"$RUN_DIR/keystone-setup.log" 2>&1; then
+# --- 1. Keystone: the test suite's own (tests/keystone_service.py) ---
+[ -x "$KS_VENV/bin/keystone-manage" ] || log "installing keystone into $KS_VENV"
+log "starting keystone"
+if ! "$CYBORG_VENV/bin/python" "$HERE/keystone_local.py" --dir "$KS_DIR" \
+    --venv "$KS_VENV" >"$KS_DIR/started.json" 2>"$RUN_DIR/keystone-setup.log"; then
   tail -n 30 "$RUN_DIR/keystone-setup.log" >&2; exit 1
 fi
-KS_PID=$(cat "$KS_DIR/serve.pid")
-wait_http "$KS_URL/v3" 60 "$KS_PID" || {
-  echo "keystone did not answer" >&2; tail -n 30 "$KS_DIR/serve.out" >&2; exit 1; }
+started() {  # key
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' \
+    "$KS_DIR/started.json" "$1"
+}
+KS_PID=$(started pid)
+echo "$KS_PID" >"$KS_DIR/serve.pid"
+KS_URL=$(started url)
+# The bootstrap's admin, whose password the launcher chose.
+ADMIN_PASS=$(started admin_password)
+log "keystone serves $KS_URL"
 
 # --- 2. Cyborg in Keystone ---
 CYBORG_PORT=$(free_port "${CYBORG_PORT:-6666}")

@@ -18,8 +18,15 @@ from tests.arq_stack import ARQS
 from tests.arq_stack import PROFILE
 from tests.conftest import ServedAPI
 
-# The session's Keystone, for every test below this directory.
-keystone_service = keystone_module.keystone_service
+
+@pytest.fixture(scope='session')
+def keystone_service(tmp_path_factory):
+    """The session's Keystone, for every test below this directory
+    (installed on demand)."""
+    service = keystone_module.KeystoneService(
+        tmp_path_factory.mktemp('keystone')).start()
+    yield service
+    service.stop()
 
 # The in-process conductor, the fake FPGA and its profile
 # (``tests.arq_stack``).
