@@ -63,11 +63,11 @@ class AttachHandle:
         return (self.attach_type, tuple(sorted(self.attach_info.items())))
 
     def to_dict(self):
-        return _KINDS[AttachHandle].dump(dataclasses.asdict(self))
+        return _dump(self)
 
     @classmethod
     def from_dict(cls, data):
-        return cls(**_KINDS[AttachHandle].load(data))
+        return _load(cls, data)
 
 
 @dataclasses.dataclass
@@ -87,16 +87,11 @@ class Deployable:
     parent: str | None = None
 
     def to_dict(self):
-        fields = _fields_but(self, 'attach_handles')
-        fields['attach_handles'] = [h.to_dict() for h in self.attach_handles]
-        return _KINDS[Deployable].dump(fields)
+        return _dump(self, 'attach_handles')
 
     @classmethod
     def from_dict(cls, data):
-        fields = _KINDS[Deployable].load(data)
-        fields['attach_handles'] = [AttachHandle.from_dict(h) for h in
-                                    _entries(fields, 'attach_handles')]
-        return cls(**fields)
+        return _load(cls, data, 'attach_handles', AttachHandle)
 
 
 @dataclasses.dataclass
@@ -119,16 +114,11 @@ class Device:
                 tuple(sorted(self.controlpath_info.items())))
 
     def to_dict(self):
-        fields = _fields_but(self, 'deployables')
-        fields['deployables'] = [d.to_dict() for d in self.deployables]
-        return _KINDS[Device].dump(fields)
+        return _dump(self, 'deployables')
 
     @classmethod
     def from_dict(cls, data):
-        fields = _KINDS[Device].load(data)
-        fields['deployables'] = [Deployable.from_dict(d) for d in
-                                 _entries(fields, 'deployables')]
-        return cls(**fields)
+        return _load(cls, data, 'deployables', Deployable)
 
 
 @dataclasses.dataclass
@@ -137,17 +127,12 @@ class HostInventory:
     devices: list = dataclasses.field(default_factory=list)
 
     def to_dict(self):
-        return _KINDS[HostInventory].dump({
-            'hostname': self.hostname,
-            'devices': [d.to_dict() for d in self.devices]})
+        return _dump(self, 'devices')
 
     @classmethod
     def from_dict(cls, data):
         """A report of any 1.x agent, versioned or not."""
-        fields = _KINDS[HostInventory].load(data)
-        fields['devices'] = [Device.from_dict(d) for d in
-                             _entries(fields, 'devices')]
-        return cls(**fields)
+        return _load(cls, data, 'devices', Device)
 
 
 _KINDS = {cls: payload.Kind.of_dataclass(name, VERSION, cls)
@@ -157,11 +142,25 @@ _KINDS = {cls: payload.Kind.of_dataclass(name, VERSION, cls)
                             (AttachHandle, 'attach handle'))}
 
 
-def _fields_but(obj, nested):
-    """The fields of a dataclass but ``nested`` (its child objects),
-    copied as ``dataclasses.asdict`` copies them."""
-    return {f.name: copy.deepcopy(getattr(obj, f.name))
-            for f in dataclasses.fields(obj) if f.name != nested}
+def _dump(obj, nested=None):
+    """The versioned payload of a dataclass: its fields copied as
+    ``dataclasses.asdict`` copies them, the child objects of list field
+    ``nested`` as their own payloads."""
+    fields = {f.name: copy.deepcopy(getattr(obj, f.name))
+              for f in dataclasses.fields(obj) if f.name != nested}
+    if nested is not None:
+        fields[nested] = [child.to_dict() for child in getattr(obj, nested)]
+    return _KINDS[type(obj)].dump(fields)
+
+
+def _load(cls, data, nested=None, child_cls=None):
+    """``cls`` read from its payload; list field ``nested`` holds
+    ``child_cls`` payloads."""
+    fields = _KINDS[cls].load(data)
+    if nested is not None:
+        fields[nested] = [child_cls.from_dict(entry)
+                          for entry in _entries(fields, nested)]
+    return cls(**fields)
 
 
 def _entries(fields, name):

@@ -103,9 +103,8 @@ PLACEMENT_THREADS = 4
 MYSQL_PROCESSES = bench_arqs.DB_PROCESSES['mysql']
 
 
-class Deadline(BaseException):
-    # Not an Exception: nothing on the way may swallow it.
-    pass
+# Not an Exception: nothing on the way may swallow it.
+Deadline = bench_arqs.Deadline
 
 
 def percentile(values, p):
@@ -763,18 +762,10 @@ def parse_args(argv):
     return args
 
 
-def _raise_deadline(signum, frame):
-    raise Deadline('the benchmark ran past --max-runtime')
-
-
-def _raise_exit(signum, frame):
-    raise SystemExit(128 + signum)
-
-
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGALRM, _raise_deadline)
-    signal.signal(signal.SIGTERM, _raise_exit)
+    signal.signal(signal.SIGALRM, bench_arqs._raise_deadline)
+    signal.signal(signal.SIGTERM, bench_arqs._raise_exit)
     signal.alarm(args.max_runtime)
     print('%d cores, load average %.1f; %d hosts x %d GPUs; conductors %s; '
           'at most %d s' % (os.cpu_count(), os.getloadavg()[0], args.hosts,

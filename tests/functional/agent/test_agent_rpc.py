@@ -14,7 +14,7 @@ from cyborg.accelerator.drivers import fake
 from cyborg.accelerator.drivers import pci
 from cyborg.agent import manager as agent_manager
 from cyborg.agent import rpcapi as agent_rpcapi
-from tests.functional.services.conftest import rabbitmqctl
+from tests.functional.services.conftest import vhost_url  # noqa: F401
 from tests.unit.agent.conftest import HOST
 from tests.unit.agent.conftest import ReportedInventories
 from tests.unit.agent.conftest import StandInGlance
@@ -33,16 +33,7 @@ class RefusingDriver(fake.FakeDriver):
 
 
 @pytest.fixture
-def vhost_url():
-    vhost = 'cyborg-test-%s' % uuid.uuid4().hex[:12]
-    rabbitmqctl('add_vhost', vhost)
-    rabbitmqctl('set_permissions', '-p', vhost, 'guest', '.*', '.*', '.*')
-    yield 'rabbit://guest:guest@127.0.0.1:5672/%s' % vhost
-    rabbitmqctl('delete_vhost', vhost)
-
-
-@pytest.fixture
-def agent_api(vhost_url):
+def agent_api(vhost_url):  # noqa: F811
     """An agent serving on the virtual host, and a client of it on a
     transport of its own, as a conductor has."""
     conf = agent_conf({('fake_driver', 'program_seconds'): 0.2})
@@ -106,7 +97,7 @@ def test_answers_and_errors_cross_rabbitmq(agent_api):
     assert 'Glance has no image missing' in caught.value.message
 
 
-def test_driver_errors_cross_rabbitmq(vhost_url):
+def test_driver_errors_cross_rabbitmq(vhost_url):  # noqa: F811
     conf = agent_conf()
     conf.set_override('transport_url', vhost_url)
     manager = agent_manager.AgentManager(

@@ -29,7 +29,7 @@ from cyborg.db import models
 from cyborg.objects import inventory
 from tests import arq_stack
 from tests import conductor_rpc
-from tests.functional.services.conftest import rabbitmqctl
+from tests.functional.services.conftest import vhost_url  # noqa: F401
 from tests.placement_service import create_compute_node
 
 HOST = 'compute-upgrade'
@@ -76,15 +76,6 @@ def _unversioned(payload, dropped=('parent', 'std_board_info')):
         return payload
     return {k: _unversioned(v, dropped) for k, v in payload.items()
             if k != 'version' and k not in dropped}
-
-
-@pytest.fixture
-def vhost_url():
-    vhost = 'cyborg-test-%s' % uuid.uuid4().hex[:12]
-    rabbitmqctl('add_vhost', vhost)
-    rabbitmqctl('set_permissions', '-p', vhost, 'guest', '.*', '.*', '.*')
-    yield 'rabbit://guest:guest@127.0.0.1:5672/%s' % vhost
-    rabbitmqctl('delete_vhost', vhost)
 
 
 class Stack:
@@ -139,7 +130,7 @@ class Stack:
 
 
 @pytest.fixture
-def stack(conf, db, placement, vhost_url):
+def stack(conf, db, placement, vhost_url):  # noqa: F811
     conductor_rpc.use_fake_transport(conf, timeout=20)
     conf.set_override('transport_url', vhost_url)
     conf.set_override('host', HOST)

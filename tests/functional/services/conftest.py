@@ -94,6 +94,16 @@ def rabbitmqctl(*args):
                    timeout=60)
 
 
+@pytest.fixture
+def vhost_url():
+    """A RabbitMQ virtual host of the test's own, as a transport URL."""
+    vhost = 'cyborg-test-%s' % uuid.uuid4().hex[:12]
+    rabbitmqctl('add_vhost', vhost)
+    rabbitmqctl('set_permissions', '-p', vhost, 'guest', '.*', '.*', '.*')
+    yield 'rabbit://guest:guest@%s:%d/%s' % (RABBIT[0], RABBIT[1], vhost)
+    rabbitmqctl('delete_vhost', vhost)
+
+
 def console_script(name):
     path = shutil.which(name, path=os.path.dirname(sys.executable))
     assert path, '%s is not installed beside %s' % (name, sys.executable)

@@ -9,7 +9,6 @@ from cyborg import service  # noqa: F401, I001
 
 import datetime
 import time
-import uuid
 
 from oslo_messaging import opts as messaging_opts
 import pytest
@@ -26,22 +25,12 @@ from cyborg.db.api import services as services_db
 from tests import db_servers
 from tests.conftest import create_schema
 from tests.conftest import make_conf
-from tests.functional.services.conftest import rabbitmqctl
 from tests.placement_service import create_compute_node
 from tests.placement_service import placement  # noqa: F401
 from tests.placement_service import placement_schema_template  # noqa: F401
 
 CONDUCTORS = ('ctl-a', 'ctl-b')
 DOWN_AFTER = 4
-
-
-@pytest.fixture
-def vhost():
-    name = 'cyborg-test-%s' % uuid.uuid4().hex[:12]
-    rabbitmqctl('add_vhost', name)
-    rabbitmqctl('set_permissions', '-p', name, 'guest', '.*', '.*', '.*')
-    yield 'rabbit://guest:guest@127.0.0.1:5672/%s' % name
-    rabbitmqctl('delete_vhost', name)
 
 
 @pytest.fixture
@@ -71,12 +60,12 @@ def _wait(predicate, what, timeout=20):
 
 
 def test_reports_end_at_the_ring_owner_and_move_with_it(
-        database, vhost, placement, tmp_path):  # noqa: F811
+        database, vhost_url, placement, tmp_path):  # noqa: F811
     services = {}
-    db = session.Database(_conf(database, vhost, 'test'))
+    db = session.Database(_conf(database, vhost_url, 'test'))
     try:
         for host in CONDUCTORS:
-            conf = _conf(database, vhost, host)
+            conf = _conf(database, vhost_url, host)
             services[host] = conductor_manager.ConductorService(
                 conf, placement=placement.client(), nova=None, glance=None)
             services[host].start()
@@ -91,7 +80,7 @@ def test_reports_end_at_the_ring_owner_and_move_with_it(
         host = hosts[owner]
         create_compute_node(placement.adapter(), host)
 
-        agent_conf = _conf(database, vhost, host)
+        agent_conf = _conf(database, vhost_url, host)
         transport = rpc.get_transport(agent_conf)
         agent = agent_manager.AgentManager(
             agent_conf, [], conductor_rpcapi.ConductorAPI(transport,
