@@ -34,6 +34,8 @@ import os
 import threading
 import time
 
+from cyborg.accelerator.drivers import pci
+
 HEALTHY = 'healthy'
 UNKNOWN = 'unknown'
 DEGRADED = 'degraded'
@@ -92,12 +94,8 @@ def worst(states):
     return max(states, key=_RANK.__getitem__, default=HEALTHY)
 
 
-def _read(path):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
+# A sysfs file's text, None when it cannot be read: as discovery reads it.
+_read = pci.PCIReader._read
 
 
 def _int(text):
