@@ -1,5 +1,6 @@
 """Fixtures shared by every test: configuration, databases, the API."""
 
+import contextlib
 import threading
 
 from oslo_policy import opts as oslo_policy_opts
@@ -13,6 +14,7 @@ from cyborg.api import app as api_app
 from cyborg.cmd import api as api_cmd
 from cyborg.db import session
 from tests import db_servers
+from tests import privsep_rig
 
 
 def make_conf(connection, **overrides):
@@ -44,6 +46,17 @@ def database_url(request, tmp_path):
     url = db_servers.create_database(request.param, tmp_path)
     yield url
     db_servers.drop_database(url)
+
+
+def database_url_on(engine):
+    """A ``database_url`` fixture of ``engine`` alone, for a module whose
+    subject is not the SQL: ``database_url = database_url_on('mysql')``."""
+    @pytest.fixture
+    def database_url(tmp_path):
+        url = db_servers.create_database(engine, tmp_path)
+        yield url
+        db_servers.drop_database(url)
+    return database_url
 
 
 @pytest.fixture(scope='module', params=db_servers.ENGINES)
@@ -151,3 +164,12 @@ def served_api(conf, db):
     served = ServedAPI(conf, db)
     yield served
     served.stop()
+
+
+@pytest.fixture
+def privileged_on():
+    """privileged_on(root): the agent's privileged calls (cyborg.privsep)
+    run in the test process against the sysfs tree at ``root``, their
+    checks included, until the test ends."""
+    with contextlib.ExitStack() as stack:
+        yield lambda root: stack.enter_context(privsep_rig.in_process(root))

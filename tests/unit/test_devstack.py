@@ -10,6 +10,7 @@ also runs the real one, on a SQLite file.
 """
 
 import configparser
+import contextlib
 import os
 from pathlib import Path
 import shlex
@@ -25,6 +26,7 @@ import pytest
 import sqlalchemy as sa
 
 from cyborg import conf as cyborg_conf
+from cyborg import privsep as cyborg_privsep
 from cyborg import service as cyborg_service
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,6 +52,7 @@ class Run:
         self.nova_conf = root / 'etc' / 'nova' / 'nova.conf'
         self.tempest_conf = root / 'tempest' / 'etc' / 'tempest.conf'
         self.database = root / 'cyborg.sqlite'
+        self.sudoers = root / 'sudoers.d' / 'cyborg-privsep'
         calls = root / 'calls'
         lines = calls.read_text().splitlines() if calls.exists() else []
         self.calls = [line.split('\t') for line in lines]
@@ -98,6 +101,8 @@ def run_plugin(tmp_path, phases=STACK_PHASES, env=None, before='',
             check=True).stdout.strip(),
         'CYBORG_DIR': str(REPO),
         'CYBORG_CONF_DIR': str(tmp_path / 'etc' / 'cyborg'),
+        'CYBORG_SUDOERS_FILE': str(tmp_path / 'sudoers.d' /
+                                   'cyborg-privsep'),
         'CYBORG_HOST': 'compute-1',
         'SERVICE_HOST': SERVICE_HOST,
         'SERVICE_PROTOCOL': 'http',
@@ -210,6 +215,18 @@ def _service_conf(path):
     return conf
 
 
+@contextlib.contextmanager
+def _global_helper_command(command):
+    """oslo.privsep reads its options from cfg.CONF."""
+    cfg.CONF.set_override('helper_command', command,
+                          group=cyborg_privsep.CONFIG_SECTION)
+    try:
+        yield
+    finally:
+        cfg.CONF.clear_override('helper_command',
+                                group=cyborg_privsep.CONFIG_SECTION)
+
+
 def test_cyborg_conf_is_what_the_services_read(stacked):
     conf = _service_conf(stacked.cyborg_conf)
     assert conf.host == 'compute-1'
@@ -305,9 +322,32 @@ def test_processes_started_in_order(stacked):
 
 
 def test_agent_user(tmp_path):
-    run = run_plugin(tmp_path, env={'CYBORG_AGENT_USER': 'root'})
+    run = run_plugin(tmp_path, env={'CYBORG_AGENT_USER': 'cyborg'})
     agent = [p for p in run.called('run_process') if p[0] == 'cyborg-agent']
-    assert agent[0][2:] == ['', 'root']
+    assert agent[0][2:] == ['', 'cyborg']
+    assert run.sudoers.read_text().startswith('cyborg ALL=(root) NOPASSWD: ')
+
+
+def test_the_agent_starts_its_privsep_daemon_with_sudo(stacked):
+    """The agent's user may run privsep-helper as root with the agent's
+    configuration file and the agent's context, and nothing else."""
+    helper = '%s/privsep-helper --config-file %s' % (
+        stacked.root / 'bin', stacked.cyborg_conf)
+    conf = _service_conf(stacked.cyborg_conf)
+    assert conf.privsep_agent.helper_command == 'sudo ' + helper
+    user = subprocess.run(['id', '-un'], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    assert stacked.sudoers.read_text() == (
+        '%s ALL=(root) NOPASSWD: %s --privsep_context '
+        'cyborg.privsep.agent_pctxt --privsep_sock_path *\n' % (user, helper))
+    assert oct(stacked.sudoers.stat().st_mode & 0o777) == '0o440'
+    # What oslo.privsep runs is what the rule allows.
+    context = cyborg_privsep.agent_pctxt
+    with _global_helper_command(conf.privsep_agent.helper_command):
+        command = context.helper_command('/tmp/x/privsep.sock')
+    assert command == ['sudo', *helper.split(), '--privsep_context',
+                       'cyborg.privsep.agent_pctxt', '--privsep_sock_path',
+                       '/tmp/x/privsep.sock']
 
 
 def test_install_phase(stacked):
@@ -396,6 +436,13 @@ def test_compute_node_runs_only_the_agent(tmp_path):
     assert conf['glance']['auth_type'] == 'password'
 
 
+def test_no_sudo_rule_without_the_agent(tmp_path):
+    run = run_plugin(tmp_path, phases=[('stack', 'post-config')],
+                     before='disable_service cyborg-agent')
+    assert not run.sudoers.exists()
+    assert not read_ini(run.cyborg_conf).has_section('privsep_agent')
+
+
 def test_disabled_plugin_does_nothing(tmp_path):
     run = run_plugin(
         tmp_path,
@@ -414,6 +461,8 @@ def test_unstack_stops_every_service(tmp_path):
 def test_clean_drops_the_database(tmp_path):
     state = tmp_path / 'data' / 'cyborg'
     state.mkdir(parents=True)
+    (tmp_path / 'sudoers.d').mkdir()
+    (tmp_path / 'sudoers.d' / 'cyborg-privsep').write_text('rule\n')
     run = run_plugin(tmp_path, phases=[('clean', '')])
     assert run.called('remove_uwsgi_config') == [
         [str(run.uwsgi_conf), 'cyborg-api']]
@@ -421,6 +470,7 @@ def test_clean_drops_the_database(tmp_path):
         ['-uroot', '-pdbsecret', '-h127.0.0.1', '-e',
          'DROP DATABASE IF EXISTS cyborg;']]
     assert not state.exists()
+    assert not run.sudoers.exists()
 
 
 def test_clean_drops_a_postgresql_database(tmp_path):

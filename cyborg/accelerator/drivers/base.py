@@ -17,6 +17,10 @@ agent builds it with the configuration object and the shared
   Once programmed, the next ``discover()`` reports the loaded function as
   the trait ``CUSTOM_FPGA_FUNCTION_ID_<function uuid>``.
 
+The agent runs as an unprivileged user: what needs root (writing sysfs
+control files, running a vendor's tool) a driver asks of the entry points
+of ``cyborg.privsep``, inside ``privileged()``, never by itself.
+
 - ``observe()`` every few seconds: the health and usage of devices that
   ``discover()`` returned, as ``health.Observation`` objects. It reads
   only the few files (and vendor library calls) each device needs, never
@@ -32,17 +36,23 @@ requests): a driver that keeps state guards it.
 """
 
 import abc
+import contextlib
 import logging
 import pathlib
 import threading
 from typing import ClassVar
 
 from oslo_config import cfg
+from oslo_privsep import comm as privsep_comm
+from oslo_privsep import daemon as privsep_daemon
 
 from cyborg import exception
 from cyborg.accelerator.drivers import health
 from cyborg.accelerator.drivers import pci
 from cyborg.objects import inventory
+from cyborg.privsep import checks as privsep_checks
+from cyborg.privsep import fpga_tool as privsep_tool
+from cyborg.privsep import mdev as privsep_mdev
 
 LOG = logging.getLogger(__name__)
 
@@ -56,6 +66,30 @@ class DriverError(exception.CyborgError):
 class OperationNotSupported(DriverError):
     status = 409
     code = 'cyborg.driver_operation_not_supported'
+
+
+# What a privileged call may raise: its arguments refused, the host
+# refusing the write, or no privileged helper to ask.
+_PRIVILEGED_FAILURES = (privsep_checks.InvalidArgument,
+                        privsep_mdev.MdevConflict, privsep_tool.ToolError,
+                        OSError, privsep_comm.PrivsepTimeout,
+                        privsep_daemon.FailedToDropPrivileges,
+                        privsep_daemon.ProtocolError)
+
+
+@contextlib.contextmanager
+def privileged(failure):
+    """Around calls of ``cyborg.privsep`` entry points: their failures
+    become a ``DriverError`` that starts with ``failure``."""
+    try:
+        yield
+    except privsep_daemon.FailedToDropPrivileges as exc:
+        raise DriverError(
+            '%s: the privileged helper did not start (%s); check '
+            '[privsep_agent] helper_command and that sudo lets the '
+            "agent's user run privsep-helper" % (failure, exc))
+    except _PRIVILEGED_FAILURES as exc:
+        raise DriverError('%s: %s' % (failure, exc))
 
 
 # A vendor tool's time limit without the agent's options (tests).

@@ -76,10 +76,6 @@ VENDOR_TRAIT_NAMES = {
 _BDF = re.compile(r'^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$')
 
 
-class MdevConflict(OSError):
-    """An mdev of the UUID asked for exists with another type."""
-
-
 @dataclasses.dataclass(frozen=True)
 class MdevType:
     """A mediated device type a PCI function offers."""
@@ -226,6 +222,15 @@ class PCIReader:
             return []
         return [function for entry in entries if _BDF.match(entry)
                 for function in [self.function(entry)] if function]
+
+    def domains(self):
+        """The PCI domains this host's functions are in ('0000', ...):
+        names only, no file read."""
+        try:
+            entries = os.listdir(self._path('sys/bus/pci/devices'))
+        except OSError:
+            return set()
+        return {entry.partition(':')[0] for entry in entries}
 
     def function(self, address):
         """One PCI function by address, or None if it is not there."""
@@ -406,57 +411,3 @@ class PCIReader:
                     device, _, name = line.strip().partition('  ')
                     devices[(vendor, device)] = name.strip()
         return vendors, devices
-
-    # The two control files of mediated devices. Both are idempotent, so
-    # that a bind or a release repeated after a crash ends as the first
-    # would have: the kernel answers EEXIST to a UUID that exists and
-    # the remove file of a gone mdev is gone with it.
-
-    def mdev_type_of(self, uuid):
-        """The type id of the mdev ``uuid``; None if there is no such
-        mdev."""
-        link = self._path('sys/bus/mdev/devices', uuid, 'mdev_type')
-        try:
-            return os.path.basename(os.path.realpath(link, strict=True))
-        except OSError:
-            return None
-
-    def create_mdev(self, parent, type_id, uuid):
-        """Create mdev ``uuid`` of ``type_id`` on ``parent``; True if it
-        was made now, False if it existed with that type already. An
-        mdev of that UUID with another type raises ``MdevConflict``."""
-        if self._existing_mdev(uuid, type_id):
-            return False
-        path = self._path('sys/class/mdev_bus', str(parent),
-                          'mdev_supported_types', type_id, 'create')
-        try:
-            with open(path, 'w') as f:
-                f.write(uuid)
-        except FileExistsError:
-            # Made between the look and the write.
-            if self._existing_mdev(uuid, type_id):
-                return False
-            raise
-        return True
-
-    def _existing_mdev(self, uuid, type_id):
-        existing = self.mdev_type_of(uuid)
-        if existing is None:
-            return False
-        if existing != type_id:
-            raise MdevConflict(
-                'mdev %s exists with type %s, not %s' % (uuid, existing,
-                                                         type_id))
-        return True
-
-    def remove_mdev(self, uuid):
-        """Remove mdev ``uuid``; False if there was none."""
-        path = self._path('sys/bus/mdev/devices', uuid, 'remove')
-        if not os.path.exists(path):
-            return False
-        try:
-            with open(path, 'w') as f:
-                f.write('1')
-        except (FileNotFoundError, ProcessLookupError):
-            return False  # removed between the look and the write
-        return True

@@ -7,6 +7,7 @@ mediated device with the attach handle's UUID, unbinding and deleting
 must remove it, and the handle must be free again afterwards.
 """
 
+import contextlib
 import os
 import time
 import uuid
@@ -18,11 +19,11 @@ from cyborg.accelerator.drivers import pci
 from cyborg.accelerator.drivers.gpu import nvidia
 from cyborg.conf import gpu_devices
 from cyborg.db import models
+from cyborg.privsep import mdev as privsep_mdev
 from tests import arq_stack
 from tests import inventory_rows
 from tests.arq_stack import ARQS
 from tests.arq_stack import handles_in_use
-from tests.unit.agent.test_attach_handles import kernel_creates_mdev
 from tests.unit.agent.test_attach_handles import mdev_type_dir
 from tests.unit.drivers.trees import hosts
 from tests.unit.drivers.trees import sysfs
@@ -34,13 +35,19 @@ VF_ADDRESSES = ['0000:af:00.4', '0000:af:00.5', '0000:af:00.6']
 
 
 @pytest.fixture
-def gpu_root(tmp_path):
-    return str(sysfs.build(str(tmp_path / 'gpu'), hosts.HOSTS['gpu'],
+def gpu_root(tmp_path, privileged_on):
+    """The GPU host's tree, which the agent's privileged calls write."""
+    root = str(sysfs.build(str(tmp_path / 'gpu'), hosts.HOSTS['gpu'],
                            pci_ids=hosts.PCI_IDS))
+    privileged_on(root)
+    return root
 
 
-@pytest.fixture
-def stack(conf, db, gpu_root):
+@contextlib.contextmanager
+def vgpu_stack(conf, db, gpu_root, **kwargs):
+    """The API, the conductor and the agent of ``HOST``, whose NVIDIA
+    driver hands out vGPUs of the recorded tree; ``kwargs`` go to
+    ``arq_stack.serving_with_agent``. Yields the app."""
     conf.set_override('host', HOST)
     conf.set_override('enabled_vgpu_types', [VGPU_TYPE],
                       group='gpu_devices')
@@ -50,7 +57,14 @@ def stack(conf, db, gpu_root):
     driver = nvidia.NvidiaGPUDriver(conf, pci.PCIReader(gpu_root))
     inventory_rows.add_host(db.engine, HOST, driver.discover())
     with arq_stack.serving_with_agent(conf, db, HOST, [driver],
-                                      agent_args={'glance': None}) as api:
+                                      agent_args={'glance': None},
+                                      **kwargs) as api:
+        yield api
+
+
+@pytest.fixture
+def stack(conf, db, gpu_root):
+    with vgpu_stack(conf, db, gpu_root) as api:
         yield api
 
 
@@ -80,7 +94,7 @@ def mdev_created(gpu_root, bound):
     with open(os.path.join(mdev_type_dir(gpu_root, parent, VGPU_TYPE),
                            'create')) as f:
         assert f.read() == bound['attach_handle_uuid']
-    return kernel_creates_mdev(gpu_root, parent, VGPU_TYPE)
+    return sysfs.kernel_creates_mdev(gpu_root, parent, VGPU_TYPE)
 
 
 def test_bind_creates_the_mdev_and_unbind_removes_it(stack, db, gpu_root,
@@ -121,8 +135,8 @@ def test_delete_by_instance_removes_the_mdev_and_the_request(
 def test_a_failed_mdev_creation_fails_the_bind_and_frees_the_handle(
         stack, db, gpu_root, vgpu_rp, profile):
     api = stack
-    # The kernel refuses the write (here: the create file is unwritable,
-    # a directory in its place).
+    # The write is refused (here: a directory in place of the create
+    # file).
     for address in VF_ADDRESSES:
         create = os.path.join(mdev_type_dir(gpu_root, address, VGPU_TYPE),
                               'create')
@@ -139,13 +153,13 @@ def test_a_failed_mdev_creation_fails_the_bind_and_frees_the_handle(
 @pytest.fixture
 def slow_release(monkeypatch):
     """The host takes 1.5 s to remove a mediated device."""
-    removing = pci.PCIReader.remove_mdev
+    removing = privsep_mdev.remove_mdev
 
-    def slowly(reader, uuid):
+    def slowly(uuid):
         time.sleep(1.5)
-        return removing(reader, uuid)
+        return removing(uuid)
 
-    monkeypatch.setattr(pci.PCIReader, 'remove_mdev', slowly)
+    monkeypatch.setattr(privsep_mdev, 'remove_mdev', slowly)
 
 
 def _wait_for(predicate, timeout=10):

@@ -4,7 +4,6 @@ RPC endpoint, over a recorded sysfs tree."""
 import json
 import logging
 import os
-import shutil
 
 import pytest
 
@@ -28,9 +27,12 @@ ARQ_UUID = 'b0a1c2d3-e4f5-4a6b-8c7d-9e0f1a2b3c4d'
 
 
 @pytest.fixture
-def gpu_root(tmp_path):
-    return str(sysfs.build(str(tmp_path / 'gpu'), hosts.HOSTS['gpu'],
+def gpu_root(tmp_path, privileged_on):
+    """The GPU host's tree, which the agent's privileged calls write."""
+    root = str(sysfs.build(str(tmp_path / 'gpu'), hosts.HOSTS['gpu'],
                            pci_ids=hosts.PCI_IDS))
+    privileged_on(root)
+    return root
 
 
 def payload(handle, uuid=HANDLE_UUID):
@@ -51,19 +53,6 @@ def mdev_type_dir(root, parent, type_id):
                         'mdev_supported_types', type_id)
 
 
-def kernel_creates_mdev(root, parent, type_id):
-    """What the kernel does when a UUID is written to ``create``: an mdev
-    directory with its ``remove`` file, under sys/bus/mdev/devices."""
-    with open(os.path.join(mdev_type_dir(root, parent, type_id),
-                           'create')) as f:
-        uuid = f.read().strip()
-    mdev = os.path.join(root, 'sys/bus/mdev/devices', uuid)
-    os.makedirs(mdev)
-    with open(os.path.join(mdev, 'remove'), 'w') as f:
-        f.write('')
-    return mdev
-
-
 def test_mdev_is_created_and_removed_with_the_handle_uuid(serve_agent,
                                                           gpu_root):
     conf = agent_conf(A100_VGPU)
@@ -80,7 +69,7 @@ def test_mdev_is_created_and_removed_with_the_handle_uuid(serve_agent,
                                          'nvidia-472'), 'create')) as f:
         assert f.read() == HANDLE_UUID
 
-    mdev = kernel_creates_mdev(gpu_root, '0000:af:00.6', 'nvidia-472')
+    mdev = sysfs.kernel_creates_mdev(gpu_root, '0000:af:00.6', 'nvidia-472')
     assert agent.api.release_attach_handle(
         agent.context, HOST, 'nvidia_gpu_driver', payload(handle),
         ARQ_UUID) is None
@@ -88,7 +77,7 @@ def test_mdev_is_created_and_removed_with_the_handle_uuid(serve_agent,
         assert f.read() == '1'
 
     # Once the kernel has removed it, a second release changes nothing.
-    shutil.rmtree(mdev)
+    sysfs.kernel_removes_mdev(gpu_root, mdev)
     agent.api.release_attach_handle(agent.context, HOST,
                                     'nvidia_gpu_driver', payload(handle),
                                     ARQ_UUID)
@@ -168,7 +157,7 @@ def test_handle_not_on_this_host(serve_agent):
             call(agent.context, HOST, 'fake_driver', gone, ARQ_UUID)
         assert caught.value.message == (
             'Driver fake_driver on host compute1 finds no TEST_PCI attach '
-            'handle 0000:0d:00.1 (%s)' % HANDLE_UUID)
+            'handle ffff:0d:00.1 (%s)' % HANDLE_UUID)
     # Another type at the same address is another handle.
     with pytest.raises(agent_rpcapi.NotOnThisHost):
         agent.api.prepare_attach_handle(
@@ -186,14 +175,13 @@ def test_malformed_attach_handle_is_refused(serve_agent):
             {'uuid': HANDLE_UUID, 'attach_type': 'TEST_PCI'}, ARQ_UUID)
 
 
-def test_driver_failure_reaches_the_caller(serve_agent, tmp_path):
-    root = sysfs.build(str(tmp_path / 'gpu'), hosts.HOSTS['gpu'],
-                       pci_ids=hosts.PCI_IDS)
+def test_driver_failure_reaches_the_caller(serve_agent, gpu_root):
+    root = gpu_root
     conf = agent_conf(A100_VGPU)
     driver = nvidia.NvidiaGPUDriver(conf, pci.PCIReader(root))
     agent = serve_agent(conf, [driver])
     handle = deployable_at(driver, '0000:af:00.0').attach_handles[0]
-    # The kernel refuses the write (here: ``create`` is no file).
+    # The write is refused (here: ``create`` is no regular file).
     create = os.path.join(mdev_type_dir(root, '0000:af:00.4', 'nvidia-472'),
                           'create')
     os.remove(create)

@@ -1,7 +1,5 @@
 """The shared PCI reader on recorded trees."""
 
-import os
-
 from cyborg.accelerator.drivers import pci
 from cyborg.objects import inventory
 from tests.unit.drivers.trees import hosts
@@ -134,20 +132,3 @@ def test_missing_root_reads_as_empty_host(tmp_path):
     assert reader.functions() == []
     assert reader.fpga_regions() == []
     assert reader.function(A('0000:3b:00.0')) is None
-
-
-def test_create_and_remove_mdev(fresh_host_tree):
-    root = fresh_host_tree('gpu')
-    reader = pci.PCIReader(root)
-    uuid = '11111111-2222-3333-4444-555555555555'
-    reader.create_mdev(A('0000:3b:00.0'), 'nvidia-222', uuid)
-    create = os.path.join(root, 'sys/class/mdev_bus/0000:3b:00.0/'
-                          'mdev_supported_types/nvidia-222/create')
-    with open(create) as f:
-        assert f.read() == uuid
-    existing = '6f3b6c3e-4a0e-4b8e-9a57-1f0e3c1a0001'
-    assert reader.remove_mdev(existing) is True
-    with open(os.path.join(root, 'sys/bus/mdev/devices', existing,
-                           'remove')) as f:
-        assert f.read() == '1'
-    assert reader.remove_mdev(uuid) is False  # gone already

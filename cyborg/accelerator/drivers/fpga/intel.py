@@ -22,7 +22,7 @@ Programming loads a green bitstream (GBS) into the card's port with OPAE's
 (``--segment`` too, for a PCI domain other than 0: older OPAE releases do
 not know the option). ``fpgaconf`` checks that the bitstream was built for
 the card's region; the function it loads shows as the port's AFU id at the
-next discovery. See ``fpga/tool.py`` for the user it runs as.
+next discovery. See ``fpga/tool.py`` for how it runs as root.
 """
 
 import logging

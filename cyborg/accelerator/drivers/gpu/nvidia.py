@@ -36,6 +36,7 @@ from cyborg.accelerator.drivers import traits
 from cyborg.accelerator.drivers.gpu import nvml
 from cyborg.conf import gpu_devices
 from cyborg.objects import inventory
+from cyborg.privsep import mdev
 
 LOG = logging.getLogger(__name__)
 
@@ -160,16 +161,12 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
             return
         parent = _mdev_parent(handle)
         type_id = handle.attach_info['asked_type']
-        try:
-            self.pci.create_mdev(parent, type_id, uuid)
-        except OSError as e:
-            raise base.DriverError('Cannot create mdev %s of type %s on %s: '
-                                   '%s' % (uuid, type_id, parent, e))
+        with base.privileged('Cannot create mdev %s of type %s on %s'
+                             % (uuid, type_id, parent)):
+            mdev.create_mdev(str(parent), type_id, uuid)
 
     def release_attach_handle(self, device, handle, uuid):
         if handle.attach_type != 'MDEV':
             return
-        try:
-            self.pci.remove_mdev(uuid)
-        except OSError as e:
-            raise base.DriverError('Cannot remove mdev %s: %s' % (uuid, e))
+        with base.privileged('Cannot remove mdev %s' % uuid):
+            mdev.remove_mdev(uuid)

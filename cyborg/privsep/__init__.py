@@ -1,0 +1,60 @@
+"""What the agent does as root, and nothing else.
+
+The agent runs as an unprivileged user. The few actions that need root
+go through oslo.privsep: the agent sends each call over a socket to a
+daemon that runs as root, and the daemon runs only the entry points of
+this package, each of which checks its arguments before it touches
+anything:
+
+- ``mdev.create_mdev`` / ``mdev.remove_mdev``: write the sysfs control
+  files of mediated devices (vGPUs);
+- ``fpga_tool.run_fpga_tool``: run a vendor's FPGA programming tool from a
+  fixed list, with argument shapes from a fixed list.
+
+Nothing else of the agent needs privileges: discovery and health read
+world-readable sysfs files and NVML, bitstreams are downloaded into the
+agent's own temporary directory.
+
+The agent starts the daemon at its first privileged call with
+``[privsep_agent] helper_command``, by default ``sudo privsep-helper
+--config-file <the agent's files> --privsep_context
+cyborg.privsep.agent_pctxt --privsep_sock_path <socket>``, which sudoers
+(or rootwrap) allows the agent's user. The daemon reads its own
+configuration from those files: ``[pci] sysfs_root``, the root every path
+is confined to, is the daemon's, never a value the agent sends.
+
+Capabilities. The daemon stays uid 0, the owner of the sysfs control files
+(``create`` and ``remove``, mode 0200), so writing them needs no
+capability. It keeps CAP_DAC_READ_SEARCH alone: it must look at the
+bitstream that the agent downloaded into its private (0700) directory
+before it hands the file to a tool. A program that uid 0 executes gets
+back every capability of the bounding set, so the vendor tool runs under
+``setpriv`` with a bounding set of ``TOOL_CAPABILITIES`` and no new
+privileges: CAP_DAC_READ_SEARCH to read that bitstream, CAP_SYS_ADMIN
+because the vendors' libraries read the card's whole PCI configuration
+space, of which the kernel shows only the first 64 bytes without it.
+"""
+
+from oslo_privsep import capabilities
+from oslo_privsep import priv_context
+
+CONFIG_SECTION = 'privsep_agent'
+CAPABILITIES = (capabilities.CAP_DAC_READ_SEARCH,)
+TOOL_CAPABILITIES = (capabilities.CAP_DAC_READ_SEARCH,
+                     capabilities.CAP_SYS_ADMIN)
+# Seconds the agent waits for a sysfs write by the daemon; well within
+# [conductor] agent_timeout, the conductor's wait for a whole prepare.
+CALL_TIMEOUT = 30
+
+agent_pctxt = priv_context.PrivContext(
+    __name__,
+    cfg_section=CONFIG_SECTION,
+    pypath=__name__ + '.agent_pctxt',
+    capabilities=list(CAPABILITIES),
+    timeout=CALL_TIMEOUT,
+)
+
+
+def capability_names(values):
+    """``['CAP_DAC_READ_SEARCH', ...]`` for capability numbers."""
+    return [capabilities.CAPS_BYVALUE[value] for value in values]
