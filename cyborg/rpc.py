@@ -39,7 +39,8 @@ class ContextSerializer(messaging.NoOpSerializer):
         self._db = db
 
     def serialize_context(self, context):
-        return context.to_dict()
+        # The Notifier passes {} for a notification sent without one.
+        return context if isinstance(context, dict) else context.to_dict()
 
     def deserialize_context(self, context):
         return cyborg_context.RequestContext.from_dict(context, db=self._db)
@@ -146,10 +147,28 @@ def ignores_unknown_args(endpoint):
     return tolerant
 
 
+class _ContextScopedDispatcher(messaging.RPCDispatcher):
+    """Undoes, once a message is handled, the context its deserializing
+    made the executor thread's current one: the thread's later lines
+    (the next message's arrival, its errors) must not carry this
+    message's request id."""
+
+    def dispatch(self, incoming):
+        previous = cyborg_context.current()
+        try:
+            return super().dispatch(incoming)
+        finally:
+            cyborg_context.restore_current(previous)
+
+
 def get_server(transport, topic, server, endpoints, db=None):
     """An RPC server on ``topic``/``server`` with the threading executor,
     which oslo.messaging chooses by itself in a process that eventlet did
-    not patch (naming it is deprecated)."""
+    not patch (naming it is deprecated).
+
+    Built as ``messaging.get_rpc_server`` builds it, with a dispatcher
+    that scopes each message's context to its handling."""
+    from oslo_messaging.rpc import server as rpc_server
     target = messaging.Target(topic=topic, server=server)
-    return messaging.get_rpc_server(
-        transport, target, endpoints, serializer=ContextSerializer(db))
+    dispatcher = _ContextScopedDispatcher(endpoints, ContextSerializer(db))
+    return rpc_server.RPCServer(transport, target, dispatcher)

@@ -26,14 +26,9 @@ import sys
 import threading
 import time
 import urllib.parse
-import warnings
 
 from oslo_log import log
 from oslo_service import backend as oslo_service_backend
-
-# futurist imports eventlet whenever it is installed, and eventlet warns
-# that it is deprecated on import; nothing here runs on it.
-warnings.filterwarnings('ignore', message=r'\s*Eventlet is deprecated')
 
 try:
     oslo_service_backend.init_backend(
@@ -54,14 +49,18 @@ class PeriodicTask:
     """``func()`` every ``interval`` seconds on its own thread.
 
     An exception is logged and the task runs again at the next interval:
-    one failed run (a neighbour down) must not end the loop.
+    one failed run (a neighbour down) must not end the loop. ``sooner``,
+    when given, is asked after each run for the seconds until the next
+    one is wanted, which counts if shorter than the interval (a watch
+    that knows when something is due).
     """
 
-    def __init__(self, name, interval, func, initial_delay=0):
+    def __init__(self, name, interval, func, initial_delay=0, sooner=None):
         self.name = name
         self.interval = interval
         self.func = func
         self.initial_delay = initial_delay
+        self.sooner = sooner
         self._stop = threading.Event()
         self._wake = threading.Event()
         # Daemon: a run stuck on a neighbour must not keep a stopping
@@ -90,6 +89,10 @@ class PeriodicTask:
                 LOG.exception('Periodic task %s failed; next run in %s s',
                               self.name, self.interval)
             delay = max(0.0, self.interval - (time.monotonic() - started))
+            if self.sooner is not None:
+                due = self.sooner()
+                if due is not None:
+                    delay = min(delay, max(0.0, due))
 
     def stop(self, timeout=STOP_TIMEOUT):
         self._stop.set()
@@ -111,6 +114,7 @@ class Service:
         self._cleanups = []
         self._lock = threading.Lock()
         self._transport = None  # (transport_url, transport) kept on reload
+        self.start_error = None  # why the last start failed, if it did
 
     @property
     def stopping(self):
@@ -130,8 +134,9 @@ class Service:
         with self._lock:
             self._cleanups.append((func, args))
 
-    def add_periodic(self, name, interval, func, initial_delay=0):
-        task = PeriodicTask(name, interval, func, initial_delay)
+    def add_periodic(self, name, interval, func, initial_delay=0,
+                     sooner=None):
+        task = PeriodicTask(name, interval, func, initial_delay, sooner)
         task.start()
         self.on_stop(task.stop)
         return task
@@ -311,44 +316,68 @@ def describe_message_bus(conf):
     return 'RabbitMQ at %s' % ', '.join('%s:%d' % h for h in hosts)
 
 
+# Asks the service that ``launch`` runs in this process to stop.
+_stop_requests = []
+
+
+def stop_foreground(reason):
+    """Stop the service ``launch`` runs, as SIGTERM would, for ``reason``
+    (its console went away); nothing if none runs."""
+    for request in list(_stop_requests):
+        request(reason)
+
+
 def launch(service, conf=None):
     """Run ``service`` until SIGTERM or SIGINT; returns the exit status.
 
     The service starts on a separate thread, so that a signal stops it
     promptly even while it is still waiting for a neighbour. SIGHUP
     restarts it, with the configuration files read again when ``conf``
-    is given.
+    is given. A start that fails returns 1, with the error in
+    ``service.start_error``.
     """
     requests = []
     wake = threading.Event()
 
-    def on_signal(signum, frame):
-        requests.append(signum)
-        if signum != signal.SIGHUP:
+    def request(reason):
+        requests.append(reason)
+        if reason != signal.SIGHUP:
             # Lets a start still waiting for a neighbour give up now.
             service._stopping.set()
         wake.set()
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, on_signal)
+        signal.signal(signum, lambda signum, frame: request(
+            signal.Signals(signum)))
 
-    def failed():
-        requests.append(None)
-        wake.set()
+    def failed(error):
+        service.start_error = error
+        request(None)
 
+    _stop_requests[:] = [request]
+    try:
+        return _run(service, conf, requests, wake, failed)
+    finally:
+        _stop_requests.clear()
+
+
+def _run(service, conf, requests, wake, failed):
+    service.start_error = None
     starter = _start_in_thread(service, failed)
     while True:
         wake.wait()
         wake.clear()
-        signum = requests.pop(0) if requests else signal.SIGTERM
-        if signum is None:
+        reason = requests.pop(0) if requests else signal.SIGTERM
+        if reason is None:
             service.stop()
             return 1
-        LOG.info('%s: signal %s received', service.name,
-                 signal.Signals(signum).name)
+        if isinstance(reason, signal.Signals):
+            LOG.info('%s: signal %s received', service.name, reason.name)
+        else:
+            LOG.info('%s: %s; stopping', service.name, reason)
         starter.join(STOP_TIMEOUT)
-        service.stop(final=signum != signal.SIGHUP)
-        if signum != signal.SIGHUP:
+        service.stop(final=reason != signal.SIGHUP)
+        if reason != signal.SIGHUP:
             _ok, status = eventlet_status()
             LOG.info('%s exiting; threads only: %s', service.name, status)
             _exit_if_stuck(0)
@@ -376,9 +405,9 @@ def _start_in_thread(service, failed):
     def start():
         try:
             service.start()
-        except Exception:
+        except Exception as error:
             LOG.exception('%s failed to start', service.name)
-            failed()
+            failed(error)
     thread = threading.Thread(target=start, name='%s-start' % service.name,
                               daemon=True)
     thread.start()

@@ -133,23 +133,24 @@ def serving_conductor(transport, db, binder=None, placement_client=None):
         yield endpoint
 
 
-def webtest_app(conf, db, transport, **kwargs):
-    """The app under WebTest, casting to the conductor on ``transport``;
-    ``kwargs`` go to ``webtest.TestApp`` (``extra_environ``)."""
-    return webtest.TestApp(api_app.build_app(conf, db, transport=transport),
-                           **kwargs)
+def webtest_app(conf, db, transport, notifier=None, **kwargs):
+    """The app under WebTest, casting to the conductor on ``transport``
+    and notifying with ``notifier`` (none: as ``conf`` says); ``kwargs``
+    go to ``webtest.TestApp`` (``extra_environ``)."""
+    return webtest.TestApp(api_app.build_app(conf, db, transport=transport,
+                                             notifier=notifier), **kwargs)
 
 
 @contextlib.contextmanager
 def serving_with_agent(conf, db, host, drivers, agent_timeout=10,
-                       agent_args=None, binder_args=None):
+                       agent_args=None, binder_args=None, notifier=None):
     """The API under WebTest, the conductor and the agent's endpoint of
     ``host`` (running ``drivers``) on one in-process transport; the
     conductor reaches the agent over RPC (``agent_timeout``).
 
     ``agent_args`` go to the ``AgentManager`` (``glance``,
-    ``request_report``), ``binder_args`` to the ``Binder``. Yields the
-    app.
+    ``request_report``), ``binder_args`` to the ``Binder`` (``notifier``),
+    ``notifier`` to the API. Yields the app.
     """
     with fake_transport(conf) as transport:
         agent = agent_manager.AgentManager(
@@ -163,7 +164,7 @@ def serving_with_agent(conf, db, host, drivers, agent_timeout=10,
                     conf, agent_rpcapi.AgentAPI(transport,
                                                 timeout=agent_timeout),
                     **(binder_args or {}))):
-                yield webtest_app(conf, db, transport)
+                yield webtest_app(conf, db, transport, notifier=notifier)
         finally:
             agent_server.stop()
             agent_server.wait()

@@ -108,3 +108,26 @@ def _add_device(conn, hostname, device, now):
         deployables[deployable.name] = StoredDeployable(
             dep_uuid, dep_id, root_id, attributes)
     return StoredDevice(device_uuid, device_id, deployables)
+
+
+def record_usage(engine, hostname, usage, usage_at=None):
+    """An agent's latest usage figures on its service row, as its
+    heartbeat writes them: ``{PCI address: {figure: value, ...}}``."""
+    table = models.Service.__table__
+    now = models.utcnow()
+    values = {'usage': usage, 'usage_at': usage_at or now,
+              'last_seen_at': now}
+    with engine.begin() as conn:
+        if not conn.execute(table.update().where(
+                table.c.host == hostname,
+                table.c.binary == 'cyborg-agent').values(**values)).rowcount:
+            conn.execute(table.insert().values(
+                host=hostname, binary='cyborg-agent', created_at=now,
+                **values))
+
+
+def set_health(engine, device_uuid, **values):
+    """Write a device's health columns as the conductor would."""
+    with engine.begin() as conn:
+        conn.execute(sa.update(models.Device).where(
+            models.Device.uuid == device_uuid).values(**values))

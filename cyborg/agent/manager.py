@@ -18,15 +18,23 @@ would report. After programming it reports its inventory at once rather
 than at the next interval: the loaded function's trait reaches the
 database and Placement the way every other trait does.
 
-Every ``[DEFAULT] heartbeat_interval`` seconds the agent casts a
-heartbeat to the conductor topic; whichever conductor takes it records
-the agent alive in the ``services`` table, so a dead conductor loses no
-heartbeat. Reports go to the conductor that owns this host on the
-conductors' hash ring, as the last report's answer named it (``owner``);
-with no such hint, or when the owner does not answer within ``[DEFAULT]
-service_down_time`` (by then a dead owner has left the ring), they go to
-the conductor topic, where any conductor takes them and passes them on
-to the owner.
+The agent runs as an unprivileged user: what a driver does as root
+(writing an mdev's sysfs files, running an FPGA tool) it asks of the
+agent's privsep daemon (``cyborg.privsep``), which checks every argument
+that came in an RPC message (a handle's UUID, a device's address) again.
+
+Every ``[agent] heartbeat_interval`` seconds the agent observes the
+health and usage of the devices of its last discovery (each driver's
+``observe()``: a few files and vendor library calls per device, no
+rediscovery) and casts a heartbeat with them; the conductor records the
+agent alive in the ``services`` table with the usage, and writes a
+device's health only when it changed. Reports and heartbeats go to the
+conductor that owns this host on the conductors' hash ring, as the last
+report's answer named it (``owner``); with no such hint, or when the
+owner does not answer a report within ``[DEFAULT] service_down_time``
+(by then a dead owner has left the ring), they go to the conductor
+topic, where any conductor takes them (and passes a report on to the
+owner).
 """
 
 import functools
@@ -54,6 +62,8 @@ from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.clients import placement as placement_client
 from cyborg.conductor import placement_sync
 from cyborg.conductor import rpcapi as conductor_rpcapi
+from cyborg.metrics import agent as agent_metrics
+from cyborg.metrics import endpoint as metrics_endpoint
 from cyborg.objects import inventory
 
 LOG = log.getLogger(__name__)
@@ -121,6 +131,15 @@ def _uuid_hex(value):
         return text
 
 
+def _bindings(found):
+    """The bindings of a report's answer, as far as they make sense;
+    {} from a conductor that sends none."""
+    if not isinstance(found, dict):
+        return {}
+    return {str(address): [dict(b) for b in bound if isinstance(b, dict)]
+            for address, bound in found.items() if isinstance(bound, list)}
+
+
 def _image_file_name(image_id):
     return re.sub(r'[^A-Za-z0-9_.-]', '_', str(image_id)).lstrip('.')
 
@@ -149,11 +168,18 @@ class AgentManager:
                            else name_candidates(conf.host))
         self.compute_node = None  # placement_sync.ComputeNode once found
         self.last_report = None
+        # The last discovery that every driver finished: the host's
+        # HostInventory, and its devices by driver name for observe().
+        self.last_inventory = None
+        self._discovered = {}
+        # {PCI address: health.Observation} of the last heartbeat.
+        self.last_observations = {}
         # The conductor that owns this host, as the last answer said.
         self.owner = None
         self._last_failed = False
         self._context = cyborg_context.admin_context(None)
         self._report_lock = threading.Lock()
+        self._held_answers = set()  # test_prepare_answer_delay, per ARQ
         self._glance = glance
         self._glance_lock = threading.Lock()
         self._program_locks = {}  # (driver name, address) -> Lock
@@ -162,6 +188,13 @@ class AgentManager:
         self._loaded = {}
         self._loaded_lock = threading.Lock()
         self.request_report = request_report or self._report_on_a_thread
+        # What the metrics endpoint reads at each scrape: the last
+        # discovery, the last observation of each device (by address)
+        # and the instances bound to each device as the conductor's last
+        # answer named them ({address: [{instance_uuid, project_id}]}).
+        self.last_inventory = None
+        self.last_observations = {}
+        self.bindings = {}
 
     # -- RPC endpoint -------------------------------------------------
 
@@ -186,9 +219,11 @@ class AgentManager:
                  handle.attach_type, uuid, _address_text(handle.attach_info),
                  driver_name, arq_uuid)
         # Tests only: a window in which the device exists and the
-        # conductor has not heard of it yet.
+        # conductor has not heard of it yet; once per ARQ, so that the
+        # bind resumed after a crash is not held again.
         delay = self.conf.agent.test_prepare_answer_delay
-        if delay:
+        if delay and arq_uuid not in self._held_answers:
+            self._held_answers.add(arq_uuid)
             time.sleep(delay)
 
     @_answers_errors
@@ -374,14 +409,18 @@ class AgentManager:
         A snapshot without the devices of a failed driver would tell the
         conductor that they are gone, so no partial snapshot is made.
         """
-        devices = []
+        by_driver = {}
         for driver in self.drivers:
             try:
-                devices.extend(driver.discover())
+                by_driver[driver.name] = driver.discover()
             except Exception as exc:
                 raise DiscoveryFailed(driver.name, exc) from exc
-        return inventory.HostInventory(hostname=self.conf.host,
-                                       devices=devices)
+        snapshot = inventory.HostInventory(
+            hostname=self.conf.host,
+            devices=[d for devices in by_driver.values() for d in devices])
+        self._discovered = by_driver
+        self.last_inventory = snapshot
+        return snapshot
 
     def find_compute_node(self):
         """The names to report: the matched one alone, once found."""
@@ -423,6 +462,7 @@ class AgentManager:
         except DiscoveryFailed as exc:
             LOG.error('%s; not reporting this time', exc)
             return None
+        self.last_inventory = snapshot
         names = self.find_compute_node()
         # A call while RabbitMQ is down would block in oslo.messaging's
         # reconnect loop; a connect first lets the agent say so and skip.
@@ -450,6 +490,7 @@ class AgentManager:
             return None
         if isinstance(result, dict):
             self.owner = result.get('owner')
+            self.bindings = _bindings(result.pop('bindings', None))
         if self._last_failed or result != self.last_report:
             LOG.info('Reported %d devices to the conductor: %s',
                      len(snapshot.devices), result)
@@ -479,18 +520,58 @@ class AgentManager:
         return self.conductor.report_host_inventory(self._context, snapshot,
                                                     names)
 
+    def observe(self):
+        """``{address: health.Observation}`` of the devices of the last
+        discovery, kept as ``last_observations``. A driver whose
+        observation fails is left out (logged); the others still count.
+        """
+        observations = {}
+        for driver in self.drivers:
+            devices = self._discovered.get(driver.name)
+            if not devices:
+                continue
+            try:
+                for observation in driver.observe(devices):
+                    observations[observation.address] = observation
+            except Exception:
+                LOG.exception('Driver %s failed to observe its devices',
+                              driver.name)
+        self.last_observations = observations
+        return observations
+
     def heartbeat(self):
-        """Tell the conductor that this agent is alive; a cast that costs
-        the conductor one UPDATE. Skipped while RabbitMQ is down."""
+        """Tell the conductor that this agent is alive, with the health
+        and usage of its devices; a cast that costs the conductor one
+        UPDATE while no device's health changes. Skipped while RabbitMQ
+        is down."""
+        observations = self.observe()
         try:
             service.check_message_bus(self.conf)
         except ConnectionError as exc:
             LOG.debug('No heartbeat: %s', exc)
             return False
+        health = {address: {'state': o.state, 'reason': o.reason}
+                  for address, o in observations.items()}
+        usage = {address: dict(o.usage, observed_at=o.observed_at)
+                 for address, o in observations.items()}
+        owner = self.owner
+        if owner is not None:
+            try:
+                self._cast_heartbeat(health, usage, server=owner)
+                return True
+            except messaging.MessageDeliveryFailure as exc:
+                LOG.warning('cyborg-agent: the heartbeat to conductor %s, '
+                            'the owner of this host, failed (%s); sending '
+                            'it to any conductor', owner,
+                            service.describe_error(exc))
+        self._cast_heartbeat(health, usage)
+        return True
+
+    def _cast_heartbeat(self, health, usage, server=None):
         self.conductor.agent_heartbeat(
             self._context, self.conf.host, cyborg_version.package_version(),
-            agent_rpcapi.VERSION)
-        return True
+            agent_rpcapi.VERSION, server=server, health=health, usage=usage,
+            sent_at=time.time())
 
     def _failed(self, message):
         self._last_failed = True
@@ -512,7 +593,14 @@ def check_timeouts(conf):
     """The vendor tool must end before the conductor stops waiting for
     the program call, or a card is still written after its bind failed.
     The conductor's value is read from this host's configuration: keep
-    [conductor] agent_program_timeout the same on every host."""
+    [conductor] agent_program_timeout the same on every host. And a
+    heartbeat must come before the agent counts as dead."""
+    if conf.agent.heartbeat_interval >= conf.service_down_time:
+        raise TimeoutsDoNotFit(
+            '[agent] heartbeat_interval (%d s) must be shorter than '
+            '[DEFAULT] service_down_time (%d s), after which an agent '
+            'without a heartbeat counts as dead.'
+            % (conf.agent.heartbeat_interval, conf.service_down_time))
     tool = conf.agent.program_tool_timeout
     call = conf.conductor.agent_program_timeout
     if tool >= call:
@@ -548,10 +636,18 @@ class AgentService(service.Service):
         self._glance = glance
         self.manager = None
         self.report_task = None
+        # Kept across restarts (SIGHUP); read at each scrape.
+        self.metrics_registry = metrics_endpoint.service_registry()
+        self.metrics_registry.register(agent_metrics.AgentCollector(
+            conf.host, lambda: self.manager))
+        self.metrics_endpoint = None
 
     def on_start(self):
         conf = self.conf
         check_timeouts(conf)
+        # Up before the neighbours are: Prometheus sees the agent alive.
+        self.metrics_endpoint = metrics_endpoint.serve(
+            self, conf, conf.metrics.agent_port, self.metrics_registry)
         drivers = loader.load_drivers(conf, conf.agent.enabled_drivers,
                                       pci.PCIReader(conf.pci.sysfs_root))
         LOG.info('Accelerator drivers: %s',
@@ -578,7 +674,7 @@ class AgentService(service.Service):
         self.report_task = self.add_periodic(
             'inventory-report', conf.agent.report_interval,
             self.manager.report_inventory)
-        self.add_periodic('heartbeat', conf.heartbeat_interval,
+        self.add_periodic('heartbeat', conf.agent.heartbeat_interval,
                           self.manager.heartbeat)
         # A report asked for after programming joins the periodic one.
         self.manager.request_report = self.report_task.run_now

@@ -19,6 +19,8 @@ VERSIONS = [
     ('2.2', 'GET /v2/device_profiles/{name} finds a profile by name.'),
     ('2.3', 'Devices show their status: enabled or maintaining.'),
     ('2.4', 'GET /v2/services lists conductors and agents (admins).'),
+    ('2.5', 'Devices and deployables show health, quarantine and usage; '
+            'devices filter by health; admins override the quarantine.'),
 ]
 
 _NUMBER = re.compile(r'^([1-9]\d*|0)\.([1-9]\d*|0)$')

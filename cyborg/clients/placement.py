@@ -14,6 +14,7 @@ that reaches a Placement WSGI app in the same process (``wsgi_adapter``).
 import collections
 import io
 import threading
+import time
 import urllib.parse
 
 from keystoneauth1 import adapter as ks_adapter
@@ -24,6 +25,7 @@ import requests.adapters
 import requests.structures
 import requests.utils
 
+from cyborg import context as cyborg_context
 from cyborg.conf import placement as placement_conf
 
 # 1.39 covers everything used here: in_tree (1.14), the provider in the
@@ -160,6 +162,9 @@ class PlacementClient:
     def __init__(self, adapter):
         self._adapter = adapter
         self.calls = CallCounter()
+        # Told of every call once it ends: (HTTP method, status or None
+        # when no answer came, seconds); the conductor's metrics.
+        self.on_request = None
 
     @classmethod
     def from_conf(cls, conf, group=placement_conf.GROUP):
@@ -194,7 +199,14 @@ class PlacementClient:
                   'headers': {'Accept': 'application/json'}}
         if body is not None:
             kwargs['json'] = body
-        response = self._adapter.request(path, method, **kwargs)
+        started = time.monotonic()
+        status = None
+        try:
+            response = self._adapter.request(path, method, **kwargs)
+            status = response.status_code
+        finally:
+            if self.on_request is not None:
+                self.on_request(method, status, time.monotonic() - started)
         if response.status_code not in expected:
             raise _error_for(method, path, response)
         return response
@@ -325,12 +337,17 @@ class _WSGITransport(requests.adapters.BaseAdapter):
         def start_response(status, headers, exc_info=None):
             status_headers[:] = [status, headers]
 
-        chunks = self._app(environ, start_response)
+        # Placement's own request context must not stay this thread's.
+        previous = cyborg_context.current()
         try:
-            content = b''.join(chunks)
+            chunks = self._app(environ, start_response)
+            try:
+                content = b''.join(chunks)
+            finally:
+                if hasattr(chunks, 'close'):
+                    chunks.close()
         finally:
-            if hasattr(chunks, 'close'):
-                chunks.close()
+            cyborg_context.restore_current(previous)
         status, headers = status_headers
         response = requests.Response()
         response.status_code = int(status.split(' ', 1)[0])

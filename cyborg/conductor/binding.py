@@ -50,6 +50,9 @@ from cyborg.conductor import bitstreams
 from cyborg.conductor import membership as membership_module
 from cyborg.db import models
 from cyborg.db.api import arqs as db
+from cyborg.metrics import conductor as conductor_metrics
+from cyborg.notifications import emit
+from cyborg.notifications import notifier as notifier_module
 
 LOG = log.getLogger(__name__)
 
@@ -112,11 +115,15 @@ class Binder:
     """The conductor's part of the ARQ life cycle."""
 
     def __init__(self, conf, agent, nova=None, glance=None, owner=None,
-                 membership=None):
+                 membership=None, metrics=None, notifier=None):
         self.conf = conf
+        self.metrics = (metrics if metrics is not None
+                        else conductor_metrics.ConductorMetrics())
         self.agent = agent
         self.nova = nova
         self.glance = glance
+        self.notifier = (notifier if notifier is not None
+                         else notifier_module.DISABLED)
         self.owner = owner or conf.host
         self.membership = (membership if membership is not None
                            else membership_module.SoleMembership(self.owner))
@@ -132,6 +139,14 @@ class Binder:
         """Bind the BindStarted ARQs of ``arq_uuids`` (the API's cast)."""
         work = db.claim_binds(context, arq_uuids, self.owner,
                               self.bind_timeout)
+        # Not models.utcnow(): the whole second of the start (the database
+        # keeps no fraction) is compared with the time to the microsecond.
+        now = datetime.datetime.now(datetime.timezone.utc).replace(
+            tzinfo=None)
+        for item in work:
+            if item['bind_started_at'] is not None:
+                self.metrics.bind_queue_wait.observe(max(0.0, (
+                    now - item['bind_started_at']).total_seconds()))
         self._bind_all(context, work)
 
     def resume(self, context):
@@ -224,12 +239,14 @@ class Binder:
         except db.BindLost:
             LOG.info('ARQ %s was unbound or deleted while being bound',
                      item['uuid'])
+            self.metrics.bind('lost')
             return None
         except Exception as exc:
             if self.stopping.is_set():
                 LOG.info('ARQ %s: bind interrupted by the service stopping '
                          '(%s); left for the next start',
                          item['uuid'], service.describe_error(exc))
+                self.metrics.bind('interrupted')
                 return None
             ok = False
             reason = (exc.message if isinstance(exc, exception.CyborgError)
@@ -256,7 +273,17 @@ class Binder:
             LOG.warning('ARQ %s of instance %s failed to bind: %s',
                         item['uuid'], item['instance_uuid'], reason)
         if not won:
+            self.metrics.bind('lost')
             return None
+        self.metrics.bind('bound' if ok else 'failed', started)
+        if ok:
+            emit.arqs_bound(self.notifier, context, [dict(
+                item, device_profile_name=item['profile_name'],
+                attach_handle_type=handle['attach_type'],
+                attach_handle_uuid=handle['uuid'])])
+        else:
+            emit.arqs_bind_failed(self.notifier, context, [dict(
+                item, device_profile_name=item['profile_name'])], reason)
         return (item['instance_uuid'], item['uuid'],
                 states.BOUND if ok else states.BIND_FAILED, won)
 
@@ -535,7 +562,8 @@ class Binder:
             raise BindRefused('Could not release the devices of accelerator '
                               'requests %s; they are UnbindFailed.'
                               % ', '.join(sorted(failed)))
-        db.unbind(context, arq_uuids)
+        emit.arqs_unbound(self.notifier, context, db.unbind(
+            context, arq_uuids, describe=self.notifier.enabled))
 
     def finish_deleting(self, context, arq_uuids):
         """Release and remove ARQs that the API moved to Deleting."""
@@ -549,7 +577,10 @@ class Binder:
         """``finish_deleting`` that returns the uuids it could not release
         (they stay Deleting) instead of raising."""
         failed = self._release_all(context, arq_uuids)
-        db.finish_deleting(context, [u for u in arq_uuids if u not in failed])
+        removed = db.finish_deleting(
+            context, [u for u in arq_uuids if u not in failed],
+            describe=self.notifier.enabled)
+        emit.arqs_deleted(self.notifier, context, removed)
         return failed
 
     def _release_all(self, context, arq_uuids):
@@ -577,10 +608,18 @@ class Binder:
         """Fail the binds whose own deadline has passed; tell Nova.
         Returns the failed ARQs."""
         failed = db.fail_overdue_binds(context)
+        if failed:
+            self.metrics.binds.labels('overdue').inc(len(failed))
         for arq in failed:
             LOG.warning('ARQ %s of instance %s: bind did not finish within '
                         '%d s; failed', arq['uuid'], arq['instance_uuid'],
                         self.bind_timeout)
+        if failed:
+            emit.arqs_bind_failed(
+                self.notifier, context,
+                lambda: db.list_arqs(context,
+                                     uuids=[a['uuid'] for a in failed]),
+                'The bind did not finish within %d s.' % self.bind_timeout)
         self.notify(context, [(a['instance_uuid'], a['uuid'],
                                states.BIND_FAILED, a['updated_at'])
                               for a in failed])

@@ -135,17 +135,24 @@ class HostSync:
                 % (', '.join(inventory_sync.DEVICE_STATUSES), status))
         hostname, changed = devices_db.set_status(context, device_uuid,
                                                   status)
-        host = self._host(hostname)
-        with host.lock:
-            if compute_node_names:
-                host.compute_node_names = tuple(compute_node_names)
-            outcome = self._sync_if_behind(context, hostname, host)
+        outcome = self.sync_host(context, hostname, compute_node_names)
         return {'device_uuid': device_uuid, 'hostname': hostname,
                 'status': status, 'changed': changed,
                 'placement': outcome,
                 'placement_synced': outcome['status'] in ('skipped',
                                                           'synced'),
                 'placement_updated': placement_updated(outcome)}
+
+    def sync_host(self, context, hostname, compute_node_names=None):
+        """Sync the host's providers unless the database says Placement
+        holds its state, under the host's lock: after a write that bumped
+        the host's desired generation (a device enabled or disabled,
+        quarantined or released). Returns the sync's outcome."""
+        host = self._host(hostname)
+        with host.lock:
+            if compute_node_names:
+                host.compute_node_names = tuple(compute_node_names)
+            return self._sync_if_behind(context, hostname, host)
 
     # -- the periodic passes ----------------------------------------------
 

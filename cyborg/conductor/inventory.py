@@ -29,6 +29,7 @@ from oslo_db import api as oslo_db_api
 
 from cyborg import exception
 from cyborg.db import models
+from cyborg.db.api import device_health
 from cyborg.db.api import host_sync_states
 from cyborg.db.api import inventory as inventory_db
 
@@ -58,6 +59,9 @@ class ProviderDeployable:
     # The host no longer reports it but something still uses it.
     missing: bool
     rp_uuid: str | None
+    # Its device is quarantined (device_health.effective_quarantine):
+    # existing allocations stay, nothing new is scheduled on it.
+    quarantined: bool = False
 
     @property
     def num_accelerators(self):
@@ -65,7 +69,7 @@ class ProviderDeployable:
 
     @property
     def reserved_fully(self):
-        return self.disabled or self.missing
+        return self.disabled or self.missing or self.quarantined
 
 
 class InventoryChanges:
@@ -221,6 +225,8 @@ class _NewDevice:
         self.cpid_id = None
         self.uuid = str(uuid_lib.uuid4())
         self.status = ENABLED
+        self.quarantined = False
+        self.health_override = None
 
 
 class _Plan:
@@ -561,6 +567,7 @@ class _Plan:
         new = {id(d.reported): d for d in self.new_deployables}
         for device, row in self.present:
             disabled = row.status == MAINTAINING
+            quarantined = device_health.effective_quarantine(row)
             for deployable in device.deployables:
                 ref = (row.deployables.get(deployable.name)
                        if isinstance(row, inventory_db.StoredDevice)
@@ -571,7 +578,8 @@ class _Plan:
                     total=deployable.num_accelerators,
                     traits=tuple(_traits_value(deployable.traits)),
                     disabled=disabled, missing=False,
-                    rp_uuid=getattr(ref, 'rp_uuid', None)))
+                    rp_uuid=getattr(ref, 'rp_uuid', None),
+                    quarantined=quarantined))
         for deployable, row in self.kept_deployables:
             listing.append(_stored_listing(deployable, row, missing=True))
         for row in self.kept_devices:
@@ -596,7 +604,8 @@ def _stored_listing(deployable, device, missing):
         total=deployable.num_accelerators,
         traits=tuple(deployable.trait_list()),
         disabled=device.status == MAINTAINING, missing=missing,
-        rp_uuid=deployable.rp_uuid)
+        rp_uuid=deployable.rp_uuid,
+        quarantined=device_health.effective_quarantine(device))
 
 
 def _unique_sorted(listing):

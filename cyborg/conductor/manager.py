@@ -13,6 +13,8 @@ that the agent sends the next one straight there.
 """
 
 import contextlib
+import json
+import time
 
 from oslo_db import exception as db_exception
 from oslo_log import log
@@ -27,12 +29,16 @@ from cyborg import version as cyborg_version
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.clients import placement as placement_client
 from cyborg.conductor import binding
+from cyborg.conductor import health as health_module
 from cyborg.conductor import host_sync
 from cyborg.conductor import membership as membership_mod
 from cyborg.conductor import recovery
 from cyborg.conductor import rpcapi
 from cyborg.db import session
-from cyborg.db.api import services as services_db
+from cyborg.db.api import arqs as arqs_db
+from cyborg.metrics import conductor as conductor_metrics
+from cyborg.metrics import endpoint as metrics_endpoint
+from cyborg.notifications import notifier as notifier_module
 from cyborg.objects import inventory as inventory_objects
 
 LOG = log.getLogger(__name__)
@@ -58,9 +64,14 @@ class ConductorManager:
     target = messaging.Target(version=rpcapi.VERSION)
 
     def __init__(self, sync, binder=None, membership=None, peers=None,
-                 forward_timeout=FORWARD_TIMEOUT):
+                 forward_timeout=FORWARD_TIMEOUT, metrics=None,
+                 health=None):
         self.sync = sync
+        self.metrics = (metrics if metrics is not None
+                        else conductor_metrics.ConductorMetrics())
         self.binder = binder
+        # The heartbeats' device health (health.py).
+        self.health = health or health_module.DeviceHealth(sync, membership)
         # Without a membership (tests of one conductor) every report is
         # handled here; ``peers`` is the ConductorAPI to forward with.
         self.membership = membership
@@ -75,6 +86,25 @@ class ConductorManager:
     @rpc.ignores_unknown_args
     def report_host_inventory(self, context, inventory,
                               compute_node_names=None, forwarded=False):
+        started = time.monotonic()
+        try:
+            answer, outcome = self._report(context, inventory,
+                                           compute_node_names, forwarded)
+        except exception.Invalid:
+            self.metrics.report('refused', started)
+            raise
+        except DATABASE_DOWN:
+            self.metrics.report('database_down', started)
+            raise
+        except Exception:
+            self.metrics.report('error', started)
+            raise
+        self.metrics.report(outcome,
+                            None if outcome == 'forwarded' else started)
+        return answer
+
+    def _report(self, context, inventory, compute_node_names, forwarded):
+        """(the answer, the outcome for the metrics)."""
         # Read first: a payload of an unknown major is refused here too.
         snapshot = inventory_objects.HostInventory.from_dict(inventory)
         hostname = snapshot.hostname
@@ -87,13 +117,18 @@ class ConductorManager:
                 and self.peers is not None):
             answer = self._forward(context, inventory, names, owner)
             if answer is not None:
-                return answer
+                return answer, 'forwarded'
         with _database_outage('the report of host %s' % hostname):
             summary = self.sync.report(context, snapshot, names)
+            summary['bindings'] = host_bindings(context, hostname)
+        counts = summary.get('counts', {})
+        if counts.get('devices_added') or counts.get('devices_removed'):
+            self.health.forget(hostname)
         summary['conductor'] = (self.membership.host
                                 if self.membership is not None else None)
         summary['owner'] = owner
-        return rpcapi.SUMMARY.dump(summary)
+        return (rpcapi.SUMMARY.dump(summary),
+                'changed' if summary.get('changed') else 'unchanged')
 
     def _owner_of(self, hostname):
         if self.membership is None:
@@ -115,12 +150,13 @@ class ConductorManager:
 
     @messaging.expected_exceptions(*DATABASE_DOWN)
     def agent_heartbeat(self, context, host, version=None, rpc_version=None,
-                        **kwargs):
-        # A cast: a newer agent may send more (health, usage) than this
-        # conductor reads; the rest is ignored.
+                        health=None, usage=None, sent_at=None, **kwargs):
+        # A cast: a newer agent may send more than this conductor reads;
+        # the rest is ignored.
         with _database_outage('the heartbeat of agent %s' % host):
-            services_db.heartbeat(context, host, services_db.AGENT,
-                                  version, rpc_version)
+            self.health.heartbeat(context, host, version, rpc_version,
+                                  health=health, usage=usage,
+                                  sent_at=sent_at)
 
     @messaging.expected_exceptions(*DATABASE_DOWN)
     @rpc.ignores_unknown_args
@@ -160,6 +196,20 @@ class ConductorManager:
     def program_deployable(self, context, deployable_uuid, image_uuid):
         return self.binder.program_deployable(context, deployable_uuid,
                                               image_uuid)
+
+
+def host_bindings(context, hostname):
+    """``{device address: [{"instance_uuid", "project_id"}, ...]}`` of
+    the Bound accelerator requests on the host's devices, for the agent
+    to label its metrics with; one SELECT."""
+    bindings = {}
+    for row in arqs_db.bound_on_host(context, hostname):
+        address = inventory_objects.controlpath_address(
+            row.cpid_type, json.loads(row.cpid_info))
+        bindings.setdefault(address, []).append(
+            {'instance_uuid': row.instance_uuid,
+             'project_id': row.project_id})
+    return bindings
 
 
 @contextlib.contextmanager
@@ -209,10 +259,16 @@ class ConductorService(service.Service):
         # The recovery workers' PeriodicTasks: run at once when the ring
         # changes.
         self.recovery_workers = []
+        # Kept across restarts (SIGHUP): counters do not start again.
+        self.metrics = conductor_metrics.ConductorMetrics(
+            metrics_endpoint.service_registry())
+        self.metrics_endpoint = None
 
     def on_start(self):
         conf = self.conf
         check_timeouts(conf)
+        self.metrics_endpoint = metrics_endpoint.serve(
+            self, conf, conf.metrics.conductor_port, self.metrics.registry)
         db = self._shared_db
         if db is None:
             db = session.Database(conf)
@@ -223,6 +279,7 @@ class ConductorService(service.Service):
         placement = self._placement
         if placement is None:
             placement = placement_client.PlacementClient.from_conf(conf)
+        placement.on_request = self.metrics.placement_request
         self.wait_for(service.describe_message_bus(conf),
                       lambda: service.check_message_bus(conf))
         if self.stopping:
@@ -241,6 +298,9 @@ class ConductorService(service.Service):
         self.wait_for('the first heartbeat', heartbeat.beat)
         if self.stopping:
             return
+        notifier = notifier_module.Notifier(conf, notifier_module.CONDUCTOR)
+        # Registered first, so run last: after the binds have stopped.
+        self.on_stop(notifier.close)
         binder = binding.Binder(
             conf,
             agent_rpcapi.AgentAPI(
@@ -250,12 +310,17 @@ class ConductorService(service.Service):
             nova=self._nova if self._nova is not None else _nova(conf),
             glance=(self._glance if self._glance is not None
                     else _glance(conf)),
-            membership=self.membership)
+            membership=self.membership, metrics=self.metrics,
+            notifier=notifier)
         sync = host_sync.HostSync(placement)
+        health = health_module.DeviceHealth(
+            sync, self.membership, conf.conductor.quarantine_hold_down,
+            conf.service_down_time, notifier=notifier)
         self.manager = ConductorManager(
             sync, binder, self.membership,
             rpcapi.ConductorAPI(transport,
-                                version_cap=conf.upgrade_levels.conductor))
+                                version_cap=conf.upgrade_levels.conductor),
+            metrics=self.metrics, health=health)
         server = rpc.get_server(transport, rpc.CONDUCTOR_TOPIC, conf.host,
                                 [self.manager], db=db)
         server.start()
@@ -272,7 +337,7 @@ class ConductorService(service.Service):
             for name, func in work.workers()]
         # A conductor that joined or left moves hosts: their binds are
         # taken over or failed now, not at the next recovery interval.
-        self.ring_change_hooks[:] = [self._recover_now]
+        self.ring_change_hooks[:] = [self._recover_now, health.forget_all]
         # The hosts this conductor owns on the ring: those behind the
         # database are synced again, and all are compared with Placement.
         self.add_periodic('placement-retry',
@@ -284,9 +349,22 @@ class ConductorService(service.Service):
                           conf.conductor.reconcile_interval,
                           _PlacementPass(sync.reconcile, context,
                                          self.membership).run)
+        # Devices healthy for the hold-down leave their quarantine.
+        self.add_periodic('quarantine-release',
+                          min(conf.conductor.sync_retry_interval,
+                              max(1, conf.conductor.quarantine_hold_down)),
+                          _PlacementPass(health.release_quarantines,
+                                         context, self.membership).run)
         self.add_periodic('heartbeat', conf.heartbeat_interval,
                           _logged_outage(heartbeat.beat, 'the heartbeat'),
                           initial_delay=conf.heartbeat_interval)
+        # Between heartbeats, a look at the moment a peer's heartbeat
+        # expires: a dead conductor's hosts move without waiting for this
+        # conductor's next beat.
+        self.add_periodic('ring-watch', conf.heartbeat_interval,
+                          _logged_outage(heartbeat.watch, 'the ring watch'),
+                          initial_delay=conf.heartbeat_interval,
+                          sooner=self.membership.seconds_to_expiry)
 
     def _recover_now(self, joined, left):
         for task in self.recovery_workers:

@@ -13,13 +13,17 @@ owner, so no coordination service is needed beyond the database.
 own row, reads the live set again and, when it changed, logs who joined
 and who left and runs the hooks registered for a moved ring (recovery of
 the hosts taken over), so that a new owner takes over at once rather than
-at its next periodic pass.
+at its next periodic pass. Its ``watch`` reads the live set again at the
+moment the oldest peer heartbeat expires: a conductor that died leaves
+the ring ``service_down_time`` after its last heartbeat, not up to a
+heartbeat interval later.
 """
 
 # First: the warning filter for futurist's eventlet import (tooz imports
 # futurist) and the threading backend.
 from cyborg import service  # noqa: F401, I001
 
+import datetime
 import threading
 import time
 
@@ -52,6 +56,7 @@ class Membership:
         self._live = ()
         self._ring = None
         self._read_at = None
+        self._expires_at = None  # when the oldest peer heartbeat expires
 
     @property
     def live(self):
@@ -60,15 +65,30 @@ class Membership:
 
     def refresh(self):
         """Read the live conductors; returns (joined, left) sets."""
-        live = tuple(services_db.live_hosts(
-            self.context, services_db.CONDUCTOR, self.down_after))
+        heartbeats = services_db.live_heartbeats(
+            self.context, services_db.CONDUCTOR, self.down_after)
+        live = tuple(host for host, _ in heartbeats)
+        peers = [seen for host, seen in heartbeats if host != self.host]
         with self._lock:
             before = set(self._live)
             self._read_at = time.monotonic()
+            self._expires_at = (
+                min(peers) + datetime.timedelta(seconds=self.down_after)
+                if peers else None)
             if live != self._live or self._ring is None:
                 self._live = live
                 self._ring = hashring.HashRing(live, partitions=PARTITIONS)
         return set(live) - before, before - set(live)
+
+    def seconds_to_expiry(self, now=None):
+        """Seconds until the oldest live peer's heartbeat expires, as last
+        read (a moment after, so that the read then finds it expired);
+        None with no peer."""
+        expires_at = self._expires_at
+        if expires_at is None:
+            return None
+        now = now or services_db.precise_utcnow()
+        return max(0.1, (expires_at - now).total_seconds() + 0.05)
 
     def current(self):
         """Refresh if the last read is older than ``max_age``."""
@@ -109,6 +129,9 @@ class SoleMembership:
     def refresh(self):
         return set(), set()
 
+    def seconds_to_expiry(self, now=None):
+        return None
+
     def current(self):
         return self
 
@@ -144,6 +167,10 @@ class Heartbeat:
         services_db.heartbeat(self.context, self.membership.host,
                               services_db.CONDUCTOR, self.version,
                               self.rpc_version)
+        return self.watch()
+
+    def watch(self):
+        """Read the live set again; run the hooks if it changed."""
         joined, left = self.membership.refresh()
         if joined or left:
             self.ring_moved(joined, left)

@@ -84,7 +84,7 @@ class Recovery:
 
     def workers(self):
         """``(name, func)`` of each worker, for ``Service.add_periodic``."""
-        return [(name, self._guarded(func)) for name, func in (
+        return [(name, self._guarded(name, func)) for name, func in (
             ('bind-takeover', self.take_over),
             ('overdue-binds', self.fail_overdue),
             ('deletions', self.finish_deletions),
@@ -96,25 +96,40 @@ class Recovery:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def _guarded(self, func):
+    def _guarded(self, name, func):
+        metrics = self.binder.metrics
+
         def run():
+            outcome = 'error'
             try:
                 func()
+                outcome = 'ok'
             except self.database_down as exc:
+                outcome = 'database_down'
                 LOG.warning('cyborg-conductor: recovery (%s) waits for the '
                             'database: %s', func.__name__,
                             service.describe_error(exc))
+            finally:
+                metrics.recovery(name, outcome)
         run.__name__ = func.__name__
         return run
+
+    def _took(self, worker, items):
+        """``items`` taken up by ``worker`` this run, for the metrics."""
+        self.binder.metrics.recovery_took(worker, items)
 
     # -- binds -----------------------------------------------------------
 
     def take_over(self):
         self.binder.resume(self.context)
-        return self.binder.take_over(self.context)
+        taken = self.binder.take_over(self.context)
+        self._took('bind-takeover', taken)
+        return taken
 
     def fail_overdue(self):
-        return self.binder.fail_overdue(self.context)
+        failed = self.binder.fail_overdue(self.context)
+        self._took('overdue-binds', len(failed))
+        return failed
 
     # -- deletions -------------------------------------------------------
 
@@ -129,6 +144,7 @@ class Recovery:
             self._deleting.update(stale)
         if not stale:
             return []
+        self._took('deletions', len(stale))
         by_host = {}
         for row in db.handles_of(self.context, uuids=stale):
             by_host.setdefault(row['hostname'], []).append(row['uuid'])
@@ -174,6 +190,7 @@ class Recovery:
         if not due:
             return set()
         LOG.info('Sending Nova %d events again', len(due))
+        self._took('nova-events', len(due))
         # Each instance's events are claimed right before they are sent.
         pending = self.binder.notify(self.context, due)
         for _, arq, _, _ in due:

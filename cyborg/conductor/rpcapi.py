@@ -26,8 +26,10 @@ from cyborg.objects import payload
 VERSION = '1.4'
 
 # What report_host_inventory and set_device_status answer: a dict of
-# facts for logs, read by nobody field by field.
-SUMMARY = payload.Kind('conductor summary', '1.0')
+# facts for logs. 1.1: the report's answer has ``bindings``, {device
+# address: [{instance_uuid, project_id}]}, which the agent labels its
+# metrics with; the rest is read by nobody field by field.
+SUMMARY = payload.Kind('conductor summary', '1.1')
 
 
 class ConductorAPI:

@@ -19,14 +19,18 @@ from cyborg.conf import gpu_devices
 from cyborg.conf import http_proxy
 from cyborg.conf import intel_nic
 from cyborg.conf import keystone_authtoken
+from cyborg.conf import metrics
+from cyborg.conf import notifications
 from cyborg.conf import nova
 from cyborg.conf import pci
 from cyborg.conf import placement
+from cyborg.conf import privsep
 from cyborg.conf import upgrade_levels
 
 _GROUP_MODULES = (default, api, database, keystone_authtoken, cors,
                   http_proxy, placement, nova, glance, pci, gpu_devices,
-                  intel_nic, agent, conductor, fake_driver, upgrade_levels)
+                  intel_nic, agent, privsep, conductor, fake_driver,
+                  upgrade_levels, metrics, notifications)
 
 
 def register_opts(conf):

@@ -7,6 +7,10 @@ from cyborg.conf import groups
 GROUP = 'agent'
 TITLE = 'Agent options'
 
+# The longest run of a vendor's programming tool that the agent may ask
+# its privileged helper for.
+PROGRAM_TOOL_MAX_SECONDS = 3600
+
 opts = [
     cfg.ListOpt('enabled_drivers',
                 default=[],
@@ -19,6 +23,19 @@ opts = [
                help='Seconds between two discoveries of the host. Each '
                     'discovery reports the whole host to the conductor; a '
                     'report that changes nothing writes nothing.'),
+    cfg.IntOpt('heartbeat_interval',
+               default=5,
+               min=1,
+               help='Seconds between two heartbeats of the agent. Each one '
+                    'observes the health and usage of the devices of the '
+                    'last discovery (a few sysfs files and vendor library '
+                    'calls per device, no rediscovery) and casts them to '
+                    "the conductor that owns this host, which records the "
+                    'agent alive, stores the usage on its services row and '
+                    'writes a device\'s health only when it changed. Must '
+                    'be below [DEFAULT] service_down_time (checked when the '
+                    'agent starts), or the agent would count as dead '
+                    'between two heartbeats.'),
     cfg.IntOpt('report_timeout',
                default=60,
                min=1,
@@ -33,6 +50,7 @@ opts = [
     cfg.IntOpt('program_tool_timeout',
                default=180,
                min=1,
+               max=PROGRAM_TOOL_MAX_SECONDS,
                help="Seconds the vendor's FPGA programming tool (fpgaconf, "
                     'xbmgmt, ...) may run before the agent kills it and '
                     'reports the program failed. Must be shorter than '
@@ -46,9 +64,9 @@ opts = [
                  help='For tests only; leave at 0 in production. Seconds '
                       'the agent waits, after it has prepared an attach '
                       'handle (created the mdev of a vGPU), before it '
-                      'answers the conductor: a test stops the conductor '
-                      'in that window, between the device being made and '
-                      'the bind being recorded.'),
+                      'answers the conductor, once per accelerator request: '
+                      'a test stops the conductor in that window, between '
+                      'the device being made and the bind being recorded.'),
 ]
 
 

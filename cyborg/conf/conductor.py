@@ -85,6 +85,19 @@ opts = [
                     'traits) with the database and repairs any difference, '
                     'for example a provider deleted in Placement by hand. '
                     'Every repair is logged as a warning.'),
+    cfg.IntOpt('quarantine_hold_down',
+               default=300,
+               min=0,
+               help='Seconds a quarantined device must stay healthy before '
+                    'its quarantine is released. A device is quarantined '
+                    'when its agent observes it turn unhealthy (its whole '
+                    'inventory reserved in Placement, so nothing new is '
+                    'scheduled on it; existing accelerator requests keep '
+                    'it). Each conductor checks the hosts it owns every '
+                    'sync_retry_interval seconds, or every hold-down if '
+                    'shorter, and releases the devices that have been '
+                    'healthy that long. An operator override of the device '
+                    '(ignore or quarantine) wins over both.'),
 ]
 
 

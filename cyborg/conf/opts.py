@@ -15,9 +15,12 @@ from cyborg.conf import fake_driver
 from cyborg.conf import glance
 from cyborg.conf import gpu_devices
 from cyborg.conf import intel_nic
+from cyborg.conf import metrics
+from cyborg.conf import notifications
 from cyborg.conf import nova
 from cyborg.conf import pci
 from cyborg.conf import placement
+from cyborg.conf import privsep
 from cyborg.conf import upgrade_levels
 
 
@@ -25,7 +28,8 @@ def list_opts():
     """Every option group of the service, as the generator wants them."""
     groups = {}
     for module in (default, api, placement, nova, glance, pci, gpu_devices,
-                   intel_nic, agent, conductor, fake_driver, upgrade_levels):
+                   intel_nic, agent, privsep, conductor, fake_driver,
+                   upgrade_levels, metrics, notifications):
         for group, opts in module.list_opts().items():
             groups.setdefault(group, []).extend(opts)
     return [(group, copy.deepcopy(opts)) for group, opts in groups.items()]
@@ -40,3 +44,9 @@ def update_defaults():
     cfg.set_defaults(db_options.database_opts,
                      connection=database.DEFAULT_CONNECTION)
     cors.set_defaults()
+    # oslo.messaging lists copies of its notifier options; the generator
+    # shows the originals, which it keeps under a private name.
+    from oslo_messaging.notify import notifier as messaging_notifier
+
+    from cyborg.notifications import notifier
+    cfg.set_defaults(messaging_notifier._notifier_opts, retry=notifier.RETRY)

@@ -65,6 +65,7 @@ class Device(TimestampMixin, Base):
         sa.Index('ix_devices_hostname', 'hostname'),
         sa.Index('ix_devices_type', 'type'),
         sa.Index('ix_devices_vendor', 'vendor'),
+        sa.Index('ix_devices_health', 'health'),
     )
 
     id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
@@ -86,6 +87,26 @@ class Device(TimestampMixin, Base):
     # used it; the rows stay until they are free, then go.
     missing_since: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
         sa.DateTime)
+    # healthy | degraded | unhealthy | unknown, as the agent last observed
+    # it, with why; written only when it changes, so ``health_updated_at``
+    # is when the device entered its state.
+    health: orm.Mapped[str] = orm.mapped_column(
+        sa.String(16), nullable=False, default='unknown',
+        server_default='unknown')
+    health_reason: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    health_updated_at: orm.Mapped[datetime.datetime | None] = (
+        orm.mapped_column(sa.DateTime))
+    # Set automatically when the device turned unhealthy, cleared once it
+    # has stayed healthy for ``[conductor] quarantine_hold_down``; while
+    # the device is quarantined, Placement reserves its whole inventory.
+    quarantined: orm.Mapped[bool] = orm.mapped_column(
+        sa.Boolean, nullable=False, default=False,
+        server_default=sa.false())
+    # The operator's word, kept across reports and restarts: None (health
+    # decides), 'ignore' (never quarantined automatically) or 'quarantine'
+    # (quarantined whatever its health).
+    health_override: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(16))
 
 
 class ControlPathID(TimestampMixin, Base):
@@ -270,6 +291,11 @@ class Service(TimestampMixin, Base):
     rpc_version: orm.Mapped[str | None] = orm.mapped_column(sa.String(16))
     last_seen_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
         sa.DateTime, nullable=False, default=utcnow)
+    # An agent's latest usage figures, written with its heartbeat (one
+    # UPDATE): {device address: {figure: value, ...}} and when observed.
+    usage: orm.Mapped[dict | None] = orm.mapped_column(JSONText)
+    usage_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        sa.DateTime)
 
 
 class HostSyncState(TimestampMixin, Base):

@@ -49,6 +49,19 @@ class PCIAddress:
         return dataclasses.asdict(self)
 
 
+def controlpath_address(controlpath_type, controlpath_info):
+    """How a device is named in observations and metrics: its PCI address
+    (``0000:0c:00.0``), or the text of another kind of control path."""
+    info = controlpath_info or {}
+    if controlpath_type == 'PCI':
+        try:
+            return str(PCIAddress(info['domain'], info['bus'],
+                                  info['device'], info['function']))
+        except (KeyError, TypeError):
+            pass
+    return str(info)
+
+
 @dataclasses.dataclass
 class AttachHandle:
     """Something a VM can be given: a PCI function or a mediated device."""
@@ -112,6 +125,11 @@ class Device:
     def key(self):
         return (self.controlpath_type,
                 tuple(sorted(self.controlpath_info.items())))
+
+    @property
+    def address(self):
+        return controlpath_address(self.controlpath_type,
+                                   self.controlpath_info)
 
     def to_dict(self):
         return _dump(self, 'deployables')

@@ -7,13 +7,18 @@ ITEM = PATH + '/{device_uuid}'
 
 rules = [
     base.rule('cyborg:device:get_all', base.PROJECT_MANAGER_OR_ADMIN,
-              'List devices.', [('GET', PATH)], base.LEGACY_ANYONE),
+              'List devices.', [('GET', PATH)], base.LEGACY_ADMIN),
     base.rule('cyborg:device:get_one', base.PROJECT_MANAGER_OR_ADMIN,
-              'Show a device.', [('GET', ITEM)], base.LEGACY_ANYONE),
+              'Show a device.', [('GET', ITEM)], base.LEGACY_ADMIN),
     base.rule('cyborg:device:disable', base.ADMIN,
               'Disable a device: its inventory is reserved in Placement.',
               [('POST', ITEM + '/disable')], base.LEGACY_ADMIN),
     base.rule('cyborg:device:enable', base.ADMIN,
               'Enable a device: its inventory is released in Placement.',
               [('POST', ITEM + '/enable')], base.LEGACY_ADMIN),
+    base.rule('cyborg:device:health_override', base.ADMIN,
+              'Override the quarantine of a device that its health decides '
+              '(ignore or quarantine), or clear the override.',
+              [('PUT', ITEM + '/health_override'),
+               ('DELETE', ITEM + '/health_override')], base.LEGACY_ADMIN),
 ]

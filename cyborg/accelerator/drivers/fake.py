@@ -1,10 +1,11 @@
-"""fake_driver: a fixed FPGA for CI and tempest; reads nothing.
+"""fake_driver: a fixed FPGA for CI and tempest.
 
-One FPGA at 0000:0c:00.0 (vendor abcd) with one deployable, ``FakeDevice``,
-of 16 ``TEST_PCI`` attach handles that Nova's libvirt driver ignores, and
-the attribute ``region_uuid``. The
+One FPGA at ffff:0c:00.0 (vendor abcd; see ``address`` for the domain)
+with one deployable, ``FakeDevice``, of 16 ``TEST_PCI`` attach handles
+that Nova's libvirt driver ignores, and the attribute ``region_uuid``. The
 handles are addressed like the VFs of the card (0c:00.1 to 0c:02.0) so
-that each is distinct.
+that each is distinct. It reads nothing but the names of the host's PCI
+functions, to keep its address off theirs.
 
 Programming it checks that the bitstream file exists, takes
 ``[fake_driver] program_seconds`` and remembers, in memory, the
@@ -18,6 +19,7 @@ Observed, it is always healthy and reports no usage: there is nothing to
 read.
 """
 
+import dataclasses
 import os
 import threading
 import time
@@ -28,7 +30,19 @@ from cyborg.accelerator.drivers import traits
 from cyborg.conf import fake_driver as fake_driver_conf
 from cyborg.objects import inventory
 
-ADDRESS = inventory.PCIAddress('0000', '0c', '00', '0')
+# The card must never have the address of a real function: a host report
+# that holds one control path twice is refused whole. No four-digit PCI
+# domain is reserved for that. Linux names domains after the firmware's
+# segment groups (ACPI _SEG: 0, and a few small numbers on multi-segment
+# servers), numbers them from 0 up where the firmware gives none
+# (device-tree hosts), puts Intel VMD domains above ffff (five digits,
+# which neither the PCI reader here nor Nova or libvirt accept), and
+# takes Hyper-V's from the device's instance GUID (any 16-bit value). So
+# the card takes the top domain, ffff, and steps down past every domain
+# this host's sysfs shows (``address``): a plain PCI address as every
+# reader of addresses wants it (4 hex digits of domain, bus 00-ff, device
+# 00-1f, function 0-7), and never a real function's.
+ADDRESS = inventory.PCIAddress('ffff', '0c', '00', '0')
 VENDOR_ID = 'abcd'
 HANDLES = 16
 TRAIT = 'CUSTOM_FAKE_DEVICE'
@@ -60,12 +74,22 @@ class FakeDriver(base.AcceleratorDriver):
             return 0
         return self.conf.fake_driver.program_seconds
 
+    def address(self):
+        """``ADDRESS`` in the highest domain that no PCI function of this
+        host is in."""
+        taken = self.pci.domains() if self.pci is not None else set()
+        for number in range(int(ADDRESS.domain, 16), -1, -1):
+            domain = '%04x' % number
+            if domain not in taken:
+                return dataclasses.replace(ADDRESS, domain=domain)
+        raise base.DriverError('No PCI domain is free for the fake FPGA')
+
     def discover(self):
+        card = self.address()
         handles = []
         for index in range(1, HANDLES + 1):
-            address = inventory.PCIAddress(
-                ADDRESS.domain, ADDRESS.bus, '%02x' % (index // 8),
-                str(index % 8))
+            address = dataclasses.replace(
+                card, device='%02x' % (index // 8), function=str(index % 8))
             handles.append(inventory.AttachHandle('TEST_PCI',
                                                   address.as_info()))
         device_traits = [TRAIT]
@@ -88,14 +112,15 @@ class FakeDriver(base.AcceleratorDriver):
             vendor=VENDOR_ID,
             model='FakeFPGA',
             controlpath_type='PCI',
-            controlpath_info=ADDRESS.as_info(),
+            controlpath_info=card.as_info(),
             std_board_info={'vendor_id': VENDOR_ID, 'product_id': 'abcd'},
             deployables=[deployable])]
 
     def observe_device(self, device):
         return health.Observation.of(
-            str(ADDRESS), [health.Finding(health.HEALTHY,
-                                          'a fake device is always healthy')])
+            str(inventory.PCIAddress(**device.controlpath_info)),
+            [health.Finding(health.HEALTHY,
+                            'a fake device is always healthy')])
 
     def program(self, device, bitstream, metadata=None):
         # Nothing to load into, but the bitstream must exist: the binding

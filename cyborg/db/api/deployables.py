@@ -1,8 +1,9 @@
 """Deployable queries for the API: rows with their relatives' uuids.
 
 A deployable names its device, parent and root by uuid (the row ids stay
-inside the database) and carries its attributes, read for a whole page in
-one more query.
+inside the database), carries its attributes, read for a whole page in
+one more query, and its device's health; its device's usage figures take
+two queries more when asked for.
 """
 
 import collections
@@ -11,6 +12,7 @@ import sqlalchemy as sa
 
 from cyborg import exception
 from cyborg.db import models
+from cyborg.db.api import device_usage
 from cyborg.db.api import pagination
 
 Deployable = models.Deployable
@@ -28,6 +30,10 @@ _SELECT = sa.select(
     _devices.c.uuid.label('device_uuid'),
     _parents.c.uuid.label('parent_uuid'),
     _roots.c.uuid.label('root_uuid'),
+    _devices.c.id.label('device_row_id'), _devices.c.hostname,
+    _devices.c.health, _devices.c.health_reason,
+    _devices.c.health_updated_at, _devices.c.quarantined,
+    _devices.c.health_override,
 ).select_from(
     _deployables.join(_devices, _devices.c.id == _deployables.c.device_id)
     .outerjoin(_parents, _parents.c.id == _deployables.c.parent_id)
@@ -35,8 +41,9 @@ _SELECT = sa.select(
 
 
 def list_deployables(context, name=None, device_uuid=None, rp_uuid=None,
-                     **page):
-    """(rows, attributes by deployable id): two queries for any page."""
+                     usage=False, **page):
+    """(rows, attributes by deployable id, usage by device id): two
+    queries for any page, four with ``usage``."""
     stmt = _SELECT
     for column, value in ((_deployables.c.name, name),
                           (_devices.c.uuid, device_uuid),
@@ -46,11 +53,13 @@ def list_deployables(context, name=None, device_uuid=None, rp_uuid=None,
     with context.db.read_connection(context) as connection:
         stmt = pagination.paginate(connection, stmt, Deployable, **page)
         rows = connection.execute(stmt).all()
-        return rows, _attributes_of(connection, [r.id for r in rows])
+        return (rows, _attributes_of(connection, [r.id for r in rows]),
+                _usage(connection, rows, usage))
 
 
-def get_deployable(context, uuid):
-    """(row, attributes by deployable id); NotFound if there is none."""
+def get_deployable(context, uuid, usage=False):
+    """(row, attributes, usage) as ``list_deployables`` answers them;
+    NotFound if there is none."""
     with context.db.read_connection(context) as connection:
         row = connection.execute(
             _SELECT.where(_deployables.c.uuid == uuid)).one_or_none()
@@ -58,7 +67,14 @@ def get_deployable(context, uuid):
             raise exception.NotFound(
                 'No deployable with uuid %s exists.' % uuid,
                 code='cyborg.deployable.not_found')
-        return row, _attributes_of(connection, [row.id])
+        return (row, _attributes_of(connection, [row.id]),
+                _usage(connection, [row], usage))
+
+
+def _usage(connection, rows, wanted):
+    return device_usage.latest(
+        connection, [(r.device_row_id, r.hostname) for r in rows]) \
+        if wanted else {}
 
 
 def _attributes_of(connection, deployable_ids):

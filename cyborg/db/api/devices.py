@@ -1,13 +1,15 @@
 """Device queries for the API.
 
-The conductor writes devices from the agents' reports; the API writes
-only a device's status (enable/disable), with the news for Placement.
+The conductor writes devices from the agents' reports, and their health;
+the API writes a device's status here (enable/disable, with the news for
+Placement) and its operator's override in ``health_override``.
 """
 
 import sqlalchemy as sa
 
 from cyborg import exception
 from cyborg.db import models
+from cyborg.db.api import device_usage
 from cyborg.db.api import host_sync_states
 from cyborg.db.api import inventory as inventory_db
 from cyborg.db.api import pagination
@@ -15,32 +17,47 @@ from cyborg.db.api import pagination
 Device = models.Device
 
 
-def list_devices(context, type=None, vendor=None, hostname=None, **page):
-    """Devices as read-only rows, filtered and paged in SQL.
+# What the agents say of a device's health (``devices.health``).
+HEALTH_STATES = ('healthy', 'degraded', 'unhealthy', 'unknown')
+
+
+def list_devices(context, type=None, vendor=None, hostname=None,
+                 health=None, usage=False, **page):
+    """(rows, {device id: ``device_usage.Usage``}): devices as read-only
+    rows, filtered and paged in SQL, and with ``usage`` their latest usage
+    figures (two queries more for any page; else ``{}``).
 
     Devices whose host stopped reporting them (``missing_since`` set) are
     listed too: their rows exist until nothing uses them.
     """
     stmt = sa.select(Device.__table__)
     for column, value in ((Device.type, type), (Device.vendor, vendor),
-                          (Device.hostname, hostname)):
+                          (Device.hostname, hostname),
+                          (Device.health, health)):
         if value is not None:
             stmt = stmt.where(column == value)
     with context.db.read_connection(context) as connection:
         stmt = pagination.paginate(connection, stmt, Device, **page)
-        return connection.execute(stmt).all()
+        rows = connection.execute(stmt).all()
+        return rows, _usage(connection, rows, usage)
 
 
-def get_device(context, uuid):
-    """The device with this uuid as a read-only row; NotFound if none."""
+def get_device(context, uuid, usage=False):
+    """(row, usage) of the device with this uuid, as ``list_devices``
+    answers them; NotFound if there is none."""
     with context.db.read_connection(context) as connection:
         row = connection.execute(
             sa.select(Device.__table__).where(Device.uuid == uuid)
         ).one_or_none()
-    if row is None:
-        raise exception.NotFound('No device with uuid %s exists.' % uuid,
-                                 code='cyborg.device.not_found')
-    return row
+        if row is None:
+            raise exception.NotFound('No device with uuid %s exists.' % uuid,
+                                     code='cyborg.device.not_found')
+        return row, _usage(connection, [row], usage)
+
+
+def _usage(connection, rows, wanted):
+    return device_usage.latest(
+        connection, [(r.id, r.hostname) for r in rows]) if wanted else {}
 
 
 def set_status(context, uuid, status):

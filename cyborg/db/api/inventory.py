@@ -12,12 +12,12 @@ a ``Database`` transaction; the conductor decides the transaction.
 
 import dataclasses
 import functools
-import hashlib
 import json
 
 import sqlalchemy as sa
 
 from cyborg.db import models
+from cyborg.db.api import locking
 
 devices = models.Device.__table__
 controlpaths = models.ControlPathID.__table__
@@ -94,6 +94,9 @@ class StoredDevice:
     cpid_id: int | None
     cpid_type: str | None
     cpid_info: str | None  # JSON text, keys sorted when written here
+    # For device_health.effective_quarantine.
+    quarantined: bool = False
+    health_override: str | None = None
     deployables: dict = dataclasses.field(default_factory=dict)  # by name
 
     @property
@@ -114,7 +117,8 @@ def read_host(connection, hostname):
                   _raw(devices.c.vendor_board_info),
                   devices.c.status, devices.c.missing_since,
                   controlpaths.c.id.label('cpid_id'),
-                  controlpaths.c.cpid_type, controlpaths.c.cpid_info)
+                  controlpaths.c.cpid_type, controlpaths.c.cpid_info,
+                  devices.c.quarantined, devices.c.health_override)
         .select_from(devices.outerjoin(
             controlpaths, controlpaths.c.device_id == devices.c.id))
         .where(devices.c.hostname == hostname)
@@ -181,30 +185,15 @@ def lock_host(connection, hostname):
 
     Two conductors may handle reports of the same host. Readers never
     wait: only a report that has something to write takes the lock, then
-    reads the host again and decides its writes on that fresh state.
-
-    - PostgreSQL: a transaction-scoped advisory lock keyed by the
-      hostname. Row locks would not do: a host's first report has no
-      rows to lock, and both writers would insert the same devices.
-    - MySQL/MariaDB: ``SELECT ... FOR UPDATE`` on the host's device rows
-      through the hostname index. InnoDB's next-key locks cover the
-      empty range too; two first reports then deadlock on their inserts
-      and one is rolled back (``DBDeadlock``), which the caller retries.
-    - SQLite: an UPDATE that matches nothing still takes the database's
-      write lock, the only lock SQLite has.
+    reads the host again and decides its writes on that fresh state. A
+    host's first report has no rows to lock, and both writers would
+    insert the same devices: see ``locking``. On MySQL/MariaDB the lock
+    is on the host's device rows through the hostname index.
     """
-    dialect = connection.dialect.name
-    if dialect == 'postgresql':
-        digest = hashlib.sha256(hostname.encode('utf-8')).digest()
-        key = int.from_bytes(digest[:8], 'big', signed=True)
-        connection.execute(sa.select(sa.func.pg_advisory_xact_lock(key)))
-    elif dialect == 'mysql':
-        connection.execute(sa.select(devices.c.id)
-                           .where(devices.c.hostname == hostname)
-                           .with_for_update())
-    else:
-        connection.execute(sa.update(devices).where(sa.false())
-                           .values(hostname=devices.c.hostname))
+    # The name is the bare hostname: the key conductors of the release
+    # before take too.
+    locking.take_turns(connection, [hostname], devices,
+                       devices.c.hostname == hostname)
 
 
 def insert_rows(connection, table, rows):

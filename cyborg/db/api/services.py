@@ -20,11 +20,13 @@ AGENT = 'cyborg-agent'
 _services = models.Service.__table__
 
 
-def heartbeat(context, host, binary, version=None, rpc_version=None):
+def heartbeat(context, host, binary, version=None, rpc_version=None,
+              **figures):
     """Record that ``binary`` on ``host`` is alive now: one UPDATE, and
-    an INSERT the first time."""
+    an INSERT the first time. ``figures`` are other columns of the row
+    written with it (an agent's ``usage`` and ``usage_at``)."""
     now = models.utcnow()
-    values = {'last_seen_at': now, 'updated_at': now}
+    values = dict(figures, last_seen_at=now, updated_at=now)
     if version is not None:
         values['version'] = version
     if rpc_version is not None:
@@ -38,7 +40,7 @@ def heartbeat(context, host, binary, version=None, rpc_version=None):
     try:
         with context.db.writer(context) as session:
             session.connection().execute(_services.insert().values(
-                host=host, binary=binary, version=version,
+                host=host, binary=binary, version=version, **figures,
                 rpc_version=rpc_version, last_seen_at=now, created_at=now))
     except db_exception.DBDuplicateEntry:
         # Another process of the same host and binary inserted first.
@@ -62,14 +64,28 @@ def list_services(context, binary=None, host=None):
 def live_hosts(context, binary, down_after_seconds, now=None):
     """The hosts whose ``binary`` sent a heartbeat within
     ``down_after_seconds``, sorted."""
-    now = now or models.utcnow()
+    return [host for host, _ in live_heartbeats(
+        context, binary, down_after_seconds, now)]
+
+
+def live_heartbeats(context, binary, down_after_seconds, now=None):
+    """``(host, last_seen_at)`` of the live ``binary`` services, sorted by
+    host. ``now`` keeps its fraction of a second: a heartbeat expires
+    the moment it is ``down_after_seconds`` old, not up to a second
+    later."""
+    now = now or precise_utcnow()
     since = now - datetime.timedelta(seconds=down_after_seconds)
-    stmt = (sa.select(_services.c.host)
+    stmt = (sa.select(_services.c.host, _services.c.last_seen_at)
             .where(_services.c.binary == binary)
             .where(_services.c.last_seen_at >= since)
             .order_by(_services.c.host))
     with context.db.read_connection(context) as connection:
-        return [row.host for row in connection.execute(stmt)]
+        return [(row.host, row.last_seen_at)
+                for row in connection.execute(stmt)]
+
+
+def precise_utcnow():
+    return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
 
 
 def is_alive(row, down_after_seconds, now=None):

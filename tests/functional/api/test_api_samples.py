@@ -36,10 +36,14 @@ import json
 import os
 import pathlib
 import re
+import time
 
 import pytest
 
+from cyborg.accelerator.drivers import fake
+from cyborg.db import models
 from tests import arq_stack
+from tests import inventory_rows
 from tests.arq_stack import ARQS
 from tests.arq_stack import BIND_PATHS
 from tests.placement_service import create_compute_node
@@ -284,7 +288,19 @@ def test_resolved_listing_while_a_bind_runs_is_423(api, rp_uuid):
     check('error-423-resp.json', waiting.json)
 
 
-def test_devices(api, stored, device_conductor):
+def observed(db, stored):
+    """The fake device's health and usage, as the conductor stores an
+    agent's observations."""
+    inventory_rows.set_health(
+        db.engine, stored.uuid, health='degraded',
+        health_reason='PCIe link trained at x8 of x16',
+        health_updated_at=models.utcnow())
+    inventory_rows.record_usage(db.engine, HOST, {str(fake.ADDRESS): {
+        'pcie_link_gts': 8.0, 'pcie_link_width': 8, 'temperature_c': 54,
+        'observed_at': time.time()}})
+
+
+def test_devices(api, db, stored, device_conductor):
     check('devices-list-resp.json', api.get(DEVICES, headers=ADMIN,
                                             status=200).json)
     item = DEVICES + '/' + stored.uuid
@@ -301,8 +317,23 @@ def test_devices(api, stored, device_conductor):
     assert enabled.json['status'] == 'enabled'
     check('device-enable-resp.json', enabled.json)
 
+    observed(db, stored)
+    v25 = {**ADMIN, **version('2.5')}
+    check('device-get-v2.5-resp.json', api.get(item, headers=v25,
+                                               status=200).json)
+    check('devices-list-health-resp.json', api.get(
+        DEVICES + '?health=degraded', headers=v25, status=200).json)
+    override = {'health_override': 'quarantine'}
+    check('device-health-override-req.json', override)
+    quarantined = api.put_json(item + '/health_override', override,
+                               headers=v25, status=200)
+    assert quarantined.json['quarantined'] is True
+    check('device-health-override-resp.json', quarantined.json)
+    cleared = api.delete(item + '/health_override', headers=v25, status=204)
+    assert cleared.body == b''
 
-def test_deployables(api, stored, arq_conductor):
+
+def test_deployables(api, db, stored, arq_conductor):
     check('deployables-list-resp.json',
           api.get(DEPLOYABLES, headers=ADMIN, status=200).json)
     uuid = stored.deployables['FakeDevice'].uuid
@@ -316,6 +347,11 @@ def test_deployables(api, stored, arq_conductor):
     refused = api.patch_json(DEPLOYABLES + '/%s/program' % uuid, program,
                              headers=ADMIN, status=409)
     check('deployable-program-resp.json', refused.json)
+
+    observed(db, stored)
+    check('deployable-get-v2.5-resp.json', api.get(
+        DEPLOYABLES + '/' + uuid, headers={**ADMIN, **version('2.5')},
+        status=200).json)
 
 
 def test_attributes(api, stored):

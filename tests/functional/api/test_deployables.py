@@ -3,6 +3,7 @@ stores them.
 """
 
 import dataclasses
+import datetime
 import uuid
 
 import pytest
@@ -16,6 +17,10 @@ DEPLOYABLES = '/v2/deployables'
 FIELDS = {'uuid', 'parent_id', 'root_id', 'name', 'num_accelerators',
           'device_id', 'attributes_list', 'rp_uuid', 'driver_name',
           'bitstream_id', 'created_at', 'updated_at', 'links'}
+V24 = {'OpenStack-API-Version': 'accelerator 2.4'}
+V25 = {'OpenStack-API-Version': 'accelerator 2.5'}
+HEALTH_FIELDS = {'health', 'health_reason', 'health_updated_at',
+                 'health_override', 'quarantined', 'usage'}
 IMAGE = '5b7d2b0a-1e4c-4a7e-9d0c-2a8c0b7f3e11'
 PROGRAM = [{'path': '/program', 'op': 'replace',
             'value': [{'image_uuid': IMAGE}]}]
@@ -32,6 +37,10 @@ MANAGER = as_role('manager', 'member', 'reader')
 ADMIN = as_role('admin', 'manager', 'member', 'reader')
 
 
+def pci_info(address):
+    return inventory.PCIAddress.parse(address).as_info()
+
+
 def fpga_board():
     """An FPGA board whose region holds one function: a three-level tree."""
     def deployable(name, parent, count):
@@ -41,7 +50,7 @@ def fpga_board():
             attributes={'level': name.lower()})
     return inventory.Device(
         type='FPGA', vendor='8086', model='PAC', controlpath_type='PCI',
-        controlpath_info={'address': '0000:5e:00.0'},
+        controlpath_info=pci_info('0000:5e:00.0'),
         deployables=[deployable('Board', None, 1),
                      deployable('Region', 'Board', 1),
                      deployable('Function', 'Region', 2)])
@@ -149,25 +158,67 @@ def test_list_pages_with_limit_marker_and_sorting(api, stored):
         'Board', 'FakeDevice', 'Function', 'Region']
 
 
+@pytest.mark.parametrize('headers,queries', [
+    # The deployables with their relatives, then their attributes.
+    (V24, 2),
+    # From 2.5 their devices' control paths and agent rows too.
+    (V25, 4)])
 def test_list_makes_the_same_number_of_queries_for_any_number_of_rows(
-        api, db, sql_counter):
+        api, db, sql_counter, headers, queries):
     def queries_to_list(query=''):
         sql_counter.reset()
-        count = len(api.get(DEPLOYABLES + query).json['deployables'])
-        return count, len(sql_counter)
+        found = api.get(DEPLOYABLES + query,
+                        headers=headers).json['deployables']
+        return len(found), len(sql_counter)
 
     inventory_rows.add_host(db.engine, 'h0', inventory_rows.fake_devices())
+    inventory_rows.record_usage(db.engine, 'h0', {'0000:0c:00.0': {}})
     one = queries_to_list()
+    addresses = ['0000:%02x:00.0' % i for i in range(15)]
     inventory_rows.add_host(db.engine, 'many', [
-        dataclasses.replace(fpga_board(), controlpath_info={'address': a})
-        for a in ('0000:%02x:00.0' % i for i in range(15))])
+        dataclasses.replace(fpga_board(), controlpath_info=pci_info(a))
+        for a in addresses])
+    inventory_rows.record_usage(db.engine, 'many', {
+        a: {'power_w': i} for i, a in enumerate(addresses)})
     many = queries_to_list()
     paged = queries_to_list('?limit=20&marker=' + uuids(api)[0])
 
-    # The deployables with their relatives, then their attributes.
-    assert one == (1, 2)
-    assert many == (46, 2)
-    assert paged == (20, 3)
+    assert one == (1, queries)
+    assert many == (46, queries)
+    assert paged == (20, queries + 1)
+
+
+def test_health_of_the_device_is_shown_from_2_5_only(api, db, stored):
+    inventory_rows.set_health(
+        db.engine, stored['board'].uuid, health='unhealthy',
+        health_reason='the function left the bus', quarantined=True,
+        health_updated_at=datetime.datetime(2026, 1, 1, 0, 0, 0))
+    inventory_rows.record_usage(db.engine, 'host1', {
+        '0000:5e:00.0': {'power_w': 31.5, 'observed_at': 1767225600.0}})
+    old = api.get(DEPLOYABLES, headers=V24).json['deployables']
+    new = api.get(DEPLOYABLES, headers=V25).json['deployables']
+    region = stored['board'].deployables['Region'].uuid
+
+    assert all(set(d) == FIELDS for d in old)
+    assert all(set(d) == FIELDS | HEALTH_FIELDS for d in new)
+    assert [{k: v for k, v in d.items() if k not in HEALTH_FIELDS}
+            for d in new] == old
+    by_device = {d['device_id']: {k: d[k] for k in HEALTH_FIELDS}
+                 for d in new}
+    assert by_device == {
+        stored['fake'].uuid: {
+            'health': 'unknown', 'health_reason': None,
+            'health_updated_at': None, 'health_override': None,
+            'quarantined': False, 'usage': None},
+        stored['board'].uuid: {
+            'health': 'unhealthy',
+            'health_reason': 'the function left the bus',
+            'health_updated_at': '2026-01-01T00:00:00+00:00',
+            'health_override': None, 'quarantined': True,
+            'usage': {'observed_at': '2026-01-01T00:00:00+00:00',
+                      'values': {'power_w': 31.5}}}}
+    assert api.get(DEPLOYABLES + '/' + region, headers=V25).json == [
+        d for d in new if d['uuid'] == region][0]
 
 
 @pytest.mark.parametrize('headers,allowed', [

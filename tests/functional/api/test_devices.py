@@ -21,6 +21,7 @@ from cyborg.api import app as api_app
 from cyborg.clients import placement as placement_client
 from cyborg.conductor import placement_sync
 from cyborg.db import models
+from cyborg.objects import inventory
 from tests import arq_stack
 from tests import conductor_rpc
 from tests import inventory_rows
@@ -30,6 +31,7 @@ from tests.placement_service import placement_schema_template  # noqa: F401
 
 DEVICES = '/v2/devices'
 V23 = {'OpenStack-API-Version': 'accelerator 2.3'}
+V25 = {'OpenStack-API-Version': 'accelerator 2.5'}
 FIELDS = {'uuid', 'type', 'vendor', 'model', 'std_board_info',
           'vendor_board_info', 'hostname', 'created_at', 'updated_at',
           'links'}
@@ -49,7 +51,7 @@ ADMIN = as_role('admin', 'manager', 'member', 'reader')
 def gpu(vendor='10de', model='A100', address='0000:3b:00.0'):
     return inventory_rows.fake_devices(
         type='GPU', vendor=vendor, model=model,
-        controlpath_info={'address': address})[0]
+        controlpath_info=inventory.PCIAddress.parse(address).as_info())[0]
 
 
 @pytest.fixture
@@ -169,24 +171,39 @@ def test_a_device_gone_missing_is_still_listed(api, db, hosts):
         hosts['nvidia'])
 
 
+@pytest.mark.parametrize('headers,queries', [
+    (V23, 1),
+    # From 2.5 the page's control paths and its hosts' agent rows too.
+    (V25, 3)])
 def test_list_makes_the_same_number_of_queries_for_any_number_of_rows(
-        api, db, sql_counter):
+        api, db, sql_counter, headers, queries):
     def queries_to_list(query=''):
         sql_counter.reset()
-        count = len(api.get(DEVICES + query, headers=V23).json['devices'])
-        return count, len(sql_counter)
+        found = api.get(DEVICES + query, headers=headers).json['devices']
+        return len(found), len(sql_counter)
 
     inventory_rows.add_host(db.engine, 'h0', [gpu()])
+    inventory_rows.record_usage(db.engine, 'h0', {'0000:3b:00.0': {}})
     one = queries_to_list()
+    addresses = ['0000:%02x:00.0' % i for i in range(40)]
     inventory_rows.add_host(db.engine, 'many', [
-        gpu(address='0000:%02x:00.0' % i) for i in range(40)])
+        gpu(address=a) for a in addresses])
+    inventory_rows.record_usage(db.engine, 'many', {
+        a: {'temperature_c': i} for i, a in enumerate(addresses)})
+    for i in range(3):
+        inventory_rows.add_host(db.engine, 'other%d' % i, [gpu()])
+        inventory_rows.record_usage(db.engine, 'other%d' % i, {})
     many = queries_to_list()
     paged = queries_to_list('?type=GPU&limit=30&marker=' + listed(api)[0])
 
-    assert one == (1, 1)
-    assert many == (41, 1)
+    assert one == (1, queries)
+    assert many == (44, queries)
     # The marker costs one lookup.
-    assert paged == (30, 2)
+    assert paged == (30, queries + 1)
+    if headers is V25:
+        shown = api.get(DEVICES + '?hostname=many', headers=V25).json
+        assert [d['usage']['values'] for d in shown['devices']] == [
+            {'temperature_c': i} for i in range(40)]
 
 
 @pytest.mark.parametrize('headers,allowed', [

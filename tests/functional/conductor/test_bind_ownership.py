@@ -249,8 +249,14 @@ def test_binds_no_conductor_claimed_in_bind_timeout_are_adopted(
     binder = binding.Binder(conf, arq_stack.NoAgent(), owner=ME,
                             membership=conductors(admin_context))
 
-    assert binder.take_over(admin_context) == 1
+    assert recovery.Recovery(binder, admin_context).take_over() == 1
     assert state_of(db, uuids) == {uuids[0]: states.BOUND}
+    # Counted as one request taken over, then bound.
+    metrics = binder.metrics.registry
+    assert metrics.get_sample_value('cyborg_conductor_recovery_items_total',
+                                    {'worker': 'bind-takeover'}) == 1
+    assert metrics.get_sample_value('cyborg_conductor_binds_total',
+                                    {'outcome': 'bound'}) == 1
 
 
 def _deployable_id(db, rp):

@@ -1,13 +1,21 @@
 """HostSync: reports through the database into a real Placement."""
 
+import json
+import os
 import socket
 import uuid
 
 from keystoneauth1 import adapter as ks_adapter
 from keystoneauth1 import session as ks_session
+from oslo_config import cfg
 import pytest
 
+from cyborg import conf as cyborg_conf
 from cyborg import exception
+from cyborg.accelerator.drivers import loader
+from cyborg.accelerator.drivers import pci
+from cyborg.accelerator.drivers.fpga import xilinx
+from cyborg.agent import manager as agent_manager
 from cyborg.clients import placement as placement_client
 from cyborg.conductor import host_sync as host_sync_module
 from cyborg.conductor import placement_sync
@@ -22,6 +30,9 @@ from tests.functional.conductor.inventories import rows
 from tests.placement_service import ADMIN_HEADERS
 from tests.placement_service import allocate
 from tests.placement_service import create_compute_node
+from tests.unit.drivers.trees import hosts
+from tests.unit.drivers.trees import recorded
+from tests.unit.drivers.trees import sysfs
 
 NAMES = [HOST]
 OWNER = 'OWNER_CYBORG'
@@ -313,3 +324,82 @@ def test_no_compute_node_keeps_the_database_and_says_so(
     assert again['placement']['status'] == 'synced'
     assert [rp['name'] for rp in observer.providers_in_tree(node['uuid'])
             if rp['uuid'] != node['uuid']] == [HOST + '_gpu_81']
+
+
+def xilinx_devices(root):
+    return xilinx.XilinxFPGADriver(cfg.ConfigOpts(),
+                                   pci.PCIReader(root)).discover()
+
+
+def flash_shell(root):
+    """What the U50 of the golden tree shows once a shell is flashed: its
+    shell's management id and a user function beside it."""
+    devices = os.path.join(root, 'sys/bus/pci/devices')
+    with open(os.path.join(devices, '0000:3b:00.0', 'device'), 'w') as f:
+        f.write('0x5020\n')
+    user = os.path.join(devices, '0000:3b:00.1')
+    os.mkdir(user)
+    for name, value in (('vendor', '0x10ee'), ('device', '0x5021'),
+                        ('class', '0x120000')):
+        with open(os.path.join(user, name), 'w') as f:
+            f.write(value + '\n')
+
+
+def test_card_without_deployables_is_stored_and_offers_nothing(
+        host_sync, admin_context, db, observer, compute_node, tmp_path):
+    root = recorded.unpack('u50-golden', tmp_path / 'u50-golden')
+    [golden] = xilinx_devices(root)
+
+    summary = report(host_sync, admin_context, host(*fake_devices(), golden))
+
+    assert summary['counts']['devices_added'] == 2
+    assert summary['placement_synced']
+    card = {d.model: d for d in rows(db, models.Device)}['d020']
+    assert card.vendor_board_info == xilinx.GOLDEN_INFO
+    assert rows(db, models.Deployable, device_id=card.id) == []
+    assert set(children(observer, compute_node)) == {'FakeDevice'}
+    again = report(host_sync, admin_context, host(*fake_devices(), golden))
+    assert not again['changed'] and again['placement_synced']
+
+    # Alone on its host: stored, and no provider at all.
+    alone = report(host_sync, admin_context, host(golden))
+    assert alone['placement_synced']
+    assert [d.model for d in rows(db, models.Device)] == ['d020']
+    assert children(observer, compute_node) == {}
+
+    # A shell flashed: the same device, now offered.
+    flash_shell(root)
+    [shell] = xilinx_devices(root)
+    flashed = report(host_sync, admin_context, host(shell))
+    assert flashed['counts'] == {'devices_updated': 1,
+                                 'deployables_added': 1,
+                                 'attach_handles_added': 1}
+    assert flashed['placement']['created'] == [HOST + '_fpga_0000:3b:00.0']
+    assert inventory_of(observer, 'fpga_0000:3b:00.0')['FPGA']['total'] == 1
+
+
+def test_real_card_at_the_old_fake_address_is_reported_beside_the_fake(
+        host_sync, admin_context, db, observer, compute_node, tmp_path):
+    # An Alveo U250 where the fake FPGA used to be, 0000:0c:00.0.
+    port = hosts.root_port('0000:0b:00.0')
+    card = [hosts.card('0000:0c:00.0', '10ee', '5004', '120000', port.bdf,
+                       driver='xclmgmt'),
+            hosts.card('0000:0c:00.1', '10ee', '5005', '120000', port.bdf,
+                       driver='xocl')]
+    root = sysfs.build(str(tmp_path), hosts.CHIPSET + [port, *card])
+    conf = cyborg_conf.load(default_config_files=[])
+    conf.set_override('host', HOST)
+    drivers = loader.load_drivers(conf, ['fake_driver', 'xilinx_fpga_driver'],
+                                  pci.PCIReader(root))
+    agent = agent_manager.AgentManager(conf, drivers, conductor=None)
+
+    summary = report(host_sync, admin_context, agent.discover())
+
+    assert summary['counts']['devices_added'] == 2
+    assert summary['placement_synced']
+    stored = {(d.vendor, d.model) for d in rows(db, models.Device)}
+    assert stored == {('abcd', 'FakeFPGA'), ('10ee', '5004')}
+    assert sorted(json.loads(c.cpid_info)['domain']
+                  for c in rows(db, models.ControlPathID)) == ['0000', 'ffff']
+    assert set(children(observer, compute_node)) == {
+        'FakeDevice', 'fpga_0000:0c:00.0'}

@@ -261,3 +261,7 @@ def test_the_conductor_serves_rpc_while_placement_is_unreachable(
     assert summary['changed']
     assert summary['placement']['status'] == 'unreachable'
     assert not states_db.in_sync(state(db))
+    # The calls that got no answer are counted as such.
+    assert service.metrics.registry.get_sample_value(
+        'cyborg_placement_requests_total',
+        {'method': 'GET', 'status': 'error'}) >= 1

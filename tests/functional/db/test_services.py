@@ -169,3 +169,41 @@ def test_heartbeat_logs_the_change_and_runs_the_hooks(admin_context, db,
     assert changes[-1] == ('Conductor ring changed: joined none, left '
                            'ctl-2; 1 live conductors: ctl-1')
     assert any('a broken hook' in (r.exc_text or '') for r in caplog.records)
+
+
+def test_the_watch_looks_again_when_the_oldest_peer_expires(admin_context,
+                                                             db):
+    for host in ('ctl-1', 'ctl-2', 'ctl-3'):
+        services_db.heartbeat(admin_context, host, CONDUCTOR)
+    age(db, 'ctl-2', CONDUCTOR, 20)
+    age(db, 'ctl-3', CONDUCTOR, 5)
+    membership = _membership(admin_context, 'ctl-1')
+    now = models.utcnow()
+    # ctl-2 expires first, DOWN_AFTER - 20 s from now.
+    assert 10 <= membership.seconds_to_expiry(now) <= 10.1
+    # Its own heartbeat is not a peer's: alone, nothing to watch for.
+    alone = membership_mod.Membership(admin_context, 'ctl-1', DOWN_AFTER)
+    age(db, 'ctl-2', CONDUCTOR, 100)
+    age(db, 'ctl-3', CONDUCTOR, 100)
+    alone.refresh()
+    assert alone.live == ('ctl-1',)
+    assert alone.seconds_to_expiry(now) is None
+
+
+def test_a_watch_past_the_expiry_finds_the_peer_gone(admin_context, db):
+    for host in ('ctl-1', 'ctl-2'):
+        services_db.heartbeat(admin_context, host, CONDUCTOR)
+    age(db, 'ctl-2', CONDUCTOR, DOWN_AFTER - 1)
+    membership = _membership(admin_context, 'ctl-1')
+    assert membership.live == ('ctl-1', 'ctl-2')
+    due = membership.seconds_to_expiry()
+    assert 0.1 <= due <= 1.1
+    # What the clock shows when the watch wakes: the expiry has passed.
+    age(db, 'ctl-2', CONDUCTOR, DOWN_AFTER - 1 + due)
+    moved = []
+    heartbeat = membership_mod.Heartbeat(
+        admin_context, membership, '1', '1',
+        hooks=[lambda joined, left: moved.append(left)])
+    heartbeat.watch()
+    assert membership.live == ('ctl-1',)
+    assert moved == [{'ctl-2'}]

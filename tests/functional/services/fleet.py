@@ -160,6 +160,8 @@ class Fleet:
             directory / 'cyborg-agent.log', host,
             heartbeat=AGENT_HEARTBEAT_INTERVAL) + '\n'.join([
                 '[agent]',
+                # Health and usage, within the shortened service_down_time.
+                'heartbeat_interval = %d' % AGENT_HEARTBEAT_INTERVAL,
                 'enabled_drivers = fake_driver',
                 'report_interval = %d' % REPORT_INTERVAL,
                 'report_timeout = 10',

@@ -98,6 +98,9 @@ def test_report_stop_and_restart(deployment):
         transport.cleanup()
     nvme_rp = providers['%s_%s' % (deployment.host, nvme)][0]
     assert client.get_inventories(nvme_rp)[1]['CUSTOM_PCI']['reserved'] == 1
+    # The heartbeats have written the devices' health: a restart finds it
+    # as it is and writes it no more.
+    deployment.wait_until_observed()
 
     for process in (agent, conductor):
         stop_promptly(process)

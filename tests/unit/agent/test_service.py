@@ -1,6 +1,8 @@
 """The agent service on the in-process transport: a program reported at
-once through the service's periodic report, not an interval later."""
+once through the service's periodic report, not an interval later; the
+heartbeat at the agent's own interval, with the devices' health."""
 
+import contextlib
 import queue
 
 import oslo_messaging as messaging
@@ -26,20 +28,23 @@ class ConductorStandIn:
 
     def __init__(self):
         self.snapshots = queue.Queue()
+        self.heartbeats = queue.Queue()
 
     def report_host_inventory(self, context, inventory, compute_node_names):
         self.snapshots.put(inventory)
         return {'changed': True}
+
+    def agent_heartbeat(self, context, host, **kwargs):
+        self.heartbeats.put(kwargs)
 
 
 def traits_of(snapshot):
     return snapshot['devices'][0]['deployables'][0]['traits']
 
 
-def test_program_is_reported_by_the_periodic_report_at_once():
-    conf = agent_conf({('agent', 'enabled_drivers'): ['fake_driver'],
-                       ('agent', 'report_interval'): 3600,
-                       ('agent', 'report_timeout'): 10})
+@contextlib.contextmanager
+def served_agent(conf):
+    """(agent service, conductor stand-in) on one in-process transport."""
     transport = rpc.get_transport(conf)
     conductor = ConductorStandIn()
     conductor_server = rpc.get_server(transport, rpc.CONDUCTOR_TOPIC,
@@ -50,6 +55,19 @@ def test_program_is_reported_by_the_periodic_report_at_once():
         glance=StandInGlance({IMAGE_ID: b'bitstream'}))
     try:
         agent.start()
+        yield agent, conductor, transport
+    finally:
+        agent.stop()
+        conductor_server.stop()
+        conductor_server.wait()
+        transport.cleanup()
+
+
+def test_program_is_reported_by_the_periodic_report_at_once():
+    conf = agent_conf({('agent', 'enabled_drivers'): ['fake_driver'],
+                       ('agent', 'report_interval'): 3600,
+                       ('agent', 'report_timeout'): 10})
+    with served_agent(conf) as (agent, conductor, transport):
         assert agent.manager.request_report == agent.report_task.run_now
         first = conductor.snapshots.get(timeout=10)
         assert traits_of(first) == [fake.TRAIT]
@@ -61,8 +79,21 @@ def test_program_is_reported_by_the_periodic_report_at_once():
         # Not an hour later: the next periodic run, right away.
         second = conductor.snapshots.get(timeout=10)
         assert traits_of(second) == [fake.TRAIT, FUNCTION_TRAIT]
-    finally:
-        agent.stop()
-        conductor_server.stop()
-        conductor_server.wait()
-        transport.cleanup()
+
+
+def test_heartbeats_follow_the_agents_own_interval():
+    conf = agent_conf({('agent', 'enabled_drivers'): ['fake_driver'],
+                       ('agent', 'report_interval'): 3600,
+                       ('agent', 'heartbeat_interval'): 1})
+    # The conductors' interval is not the agent's.
+    conf.set_override('heartbeat_interval', 3600)
+    with served_agent(conf) as (agent, conductor, transport):
+        conductor.snapshots.get(timeout=10)
+        # Heartbeats keep coming, the later ones with the discovered
+        # device's health.
+        while True:
+            beat = conductor.heartbeats.get(timeout=10)
+            if beat['health']:
+                break
+        assert beat['health'] == {str(fake.ADDRESS): {
+            'state': 'healthy', 'reason': 'a fake device is always healthy'}}

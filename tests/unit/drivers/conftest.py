@@ -142,6 +142,12 @@ def h100_tree(tmp_path):
 
 
 @pytest.fixture
+def u50_golden_tree(tmp_path):
+    """The sysfs tree of a host with an Alveo U50 in its golden image."""
+    return recorded.unpack('u50-golden', tmp_path / 'u50-golden')
+
+
+@pytest.fixture
 def recorded_nvml(monkeypatch):
     """recorded_nvml(**kw) -> the H100's NVML recording, under the real
     NVML bindings for this test."""

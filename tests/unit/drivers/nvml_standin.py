@@ -124,6 +124,30 @@ class RecordedNVML:
         _set_pointer(device, handle)
         return pynvml.NVML_SUCCESS
 
+    # Identity: the recorded GPU's; a GPU added by a test is numbered
+    # after it, its UUID told apart by its last digits.
+    def _index(self, handle):
+        value = ctypes.cast(handle, ctypes.c_void_p).value
+        return list(self._gpus.values()).index(value)
+
+    @_entry
+    def nvmlDeviceGetIndex(self, handle, index):
+        index._obj.value = self._index(handle)
+        return pynvml.NVML_SUCCESS
+
+    @_entry
+    def nvmlDeviceGetUUID(self, handle, buffer, length):
+        uuid, index = self.static['uuid'], self._index(handle)
+        if index:
+            uuid = uuid[:-4] + '%04x' % index
+        buffer.value = uuid.encode()
+        return pynvml.NVML_SUCCESS
+
+    @_entry
+    def nvmlDeviceGetName(self, handle, buffer, length):
+        buffer.value = self.static['name'].encode()
+        return pynvml.NVML_SUCCESS
+
     @_entry
     def nvmlDeviceGetUtilizationRates(self, handle, utilization):
         utilization._obj.gpu = self.sample['gpu_util']

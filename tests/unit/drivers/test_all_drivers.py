@@ -1,6 +1,5 @@
 """Every driver at once over the mixed host, as an agent runs them."""
 
-import json
 import os
 
 import pytest
@@ -13,21 +12,10 @@ from tests.unit.drivers.test_contract import driver_classes
 from tests.unit.drivers.trees import hosts
 from tests.unit.drivers.trees import sysfs
 
-OPTIONS = {
-    ('gpu_devices', 'enabled_vgpu_types'): ['nvidia-222', 'nvidia-472'],
-    ('vgpu_nvidia-222', 'device_addresses'): ['0000:3b:00.0'],
-    ('vgpu_nvidia-472', 'device_addresses'): ['0000:af:00.4',
-                                              '0000:af:00.5'],
-    ('intel_nic', 'physical_device_mappings'): ['physnet1:eth2'],
-    # The Mellanox port, and the BMC display that must still be refused.
-    ('pci', 'device_spec'): [json.dumps({'vendor_id': '15b3'}),
-                             json.dumps({'vendor_id': '1a03'})],
-}
-
 # Control path -> (driver, device type, resource class of its deployables
 # or None when it has nothing to offer).
 EXPECTED = {
-    '0000:0c:00.0': ('fake_driver', 'FPGA', 'FPGA'),
+    'ffff:0c:00.0': ('fake_driver', 'FPGA', 'FPGA'),
     '0000:3b:00.0': ('nvidia_gpu_driver', 'GPU', 'VGPU'),
     '0000:5e:00.0': ('nvidia_gpu_driver', 'GPU', 'PGPU'),
     '0000:af:00.0': ('nvidia_gpu_driver', 'GPU', 'VGPU'),
@@ -54,7 +42,7 @@ EXPECTED = {
 def discover_host(root, driver_conf):
     """name of driver -> devices, every driver run over ``root``."""
     reader = pci.PCIReader(root)
-    conf = driver_conf(OPTIONS)
+    conf = driver_conf(hosts.MIXED_OPTIONS)
     return {name: driver_class(conf, reader).discover()
             for name, driver_class in driver_classes().items()}
 
@@ -102,7 +90,7 @@ def test_no_vf_or_infrastructure_function_is_a_device(mixed, host_tree):
     for devices in mixed.values():
         for device in devices:
             address = address_of(device.controlpath_info)
-            if address == '0000:0c:00.0':
+            if address == 'ffff:0c:00.0':
                 continue  # the fake FPGA is not in any tree
             assert not functions[address].is_vf
             for claimed in claimed_functions(device):

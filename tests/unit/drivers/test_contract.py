@@ -13,6 +13,8 @@ from cyborg.accelerator.drivers import loader
 from cyborg.accelerator.drivers import pci
 from cyborg.accelerator.drivers import traits
 from cyborg.objects import inventory
+from tests.unit.drivers.trees import hosts
+from tests.unit.drivers.trees import sysfs
 
 # What setup.cfg registers under [entry_points] cyborg.accelerator.driver.
 ENTRY_POINTS = {
@@ -82,13 +84,13 @@ def test_unknown_driver_name_fails_loudly(driver_conf):
 
 
 def test_fake_driver_inventory(driver_conf, tmp_path):
-    # No tree at all: the fake driver reads nothing.
+    # No tree at all: no domain to keep clear of.
     driver = fake.FakeDriver(driver_conf(), pci.PCIReader(str(tmp_path)))
     [device] = driver.discover()
     assert device.type == 'FPGA'
     assert device.vendor == 'abcd'
     assert device.controlpath_type == 'PCI'
-    assert device.controlpath_info == {'domain': '0000', 'bus': '0c',
+    assert device.controlpath_info == {'domain': 'ffff', 'bus': '0c',
                                        'device': '00', 'function': '0'}
     [deployable] = device.deployables
     assert deployable.name == 'FakeDevice'
@@ -100,9 +102,30 @@ def test_fake_driver_inventory(driver_conf, tmp_path):
     assert {h.attach_type for h in handles} == {'TEST_PCI'}
     assert len({h.key for h in handles}) == 16
     assert handles[0].attach_info['function'] == '1'
-    assert handles[-1].attach_info == {'domain': '0000', 'bus': '0c',
+    assert handles[-1].attach_info == {'domain': 'ffff', 'bus': '0c',
                                        'device': '02', 'function': '0'}
     assert driver.discover() == [device]
+
+
+def test_fake_driver_keeps_off_the_domains_of_real_functions(driver_conf,
+                                                              tmp_path):
+    # Hyper-V may give a passed-through device any 16-bit domain.
+    root = sysfs.build(str(tmp_path), hosts.CHIPSET + [
+        sysfs.Function('ffff:00:00.0', '10de', '2330', '030200'),
+        sysfs.Function('fffe:00:00.0', '15b3', '101e', '020000')])
+    driver = fake.FakeDriver(driver_conf(), pci.PCIReader(root))
+    [device] = driver.discover()
+    assert device.controlpath_info == {'domain': 'fffd', 'bus': '0c',
+                                       'device': '00', 'function': '0'}
+    [deployable] = device.deployables
+    assert {h.attach_info['domain'] for h in deployable.attach_handles} == {
+        'fffd'}
+    [observation] = driver.observe([device])
+    assert observation.address == 'fffd:0c:00.0'
+    # Every reader of addresses takes it for a PCI address.
+    address = inventory.PCIAddress.parse(observation.address)
+    assert address.as_info() == device.controlpath_info
+    assert pci._BDF.match(str(address))
 
 
 def test_fake_driver_programs_an_existing_bitstream(driver_conf, tmp_path):

@@ -1,8 +1,9 @@
 """FPGA drivers on the FPGA host: Intel PAC, Xilinx Alveo, Inspur.
 
-Programming runs the vendor's tool, which is a recording stand-in here
-(``fake_tool``): the tests check what it was asked to do and how its
-failures are reported.
+Programming runs the vendor's tool through the agent's privileged calls
+(here in the test process, checks included); the tool is a recording
+stand-in (``fake_tool``): the tests check what it was asked to do and how
+its failures are reported.
 """
 
 import glob
@@ -18,9 +19,15 @@ from cyborg.accelerator.drivers.fpga import xilinx
 from cyborg.objects import inventory
 from tests.unit.drivers.inventory_view import by_controlpath
 from tests.unit.drivers.inventory_view import handle_addresses
+from tests.unit.drivers.test_contract import driver_classes
 
 PAC_REGION = 'ce48969398f05f33946d560708be108a'
 PAC_AFU = 'd8424dc4a4a3c413f89e433683f9040b'
+
+
+@pytest.fixture(autouse=True)
+def _privileged_in_process(privileged_on, tmp_path):
+    privileged_on(tmp_path)
 
 
 def test_intel_pac_with_a_loaded_function(discover):
@@ -82,6 +89,46 @@ def test_xilinx_factory_image_offers_nothing(discover):
     assert golden.deployables == []
 
 
+def test_xilinx_golden_image_is_an_fpga_without_deployables(
+        u50_golden_tree, driver_conf):
+    reader = pci.PCIReader(u50_golden_tree)
+    found = {name: driver_class(driver_conf(), reader).discover()
+             for name, driver_class in driver_classes().items()
+             if name != 'fake_driver'}
+    [card] = found.pop('xilinx_fpga_driver')
+    # Nobody else takes the card for theirs.
+    assert not any(found.values()), found
+    assert (card.type, card.vendor, card.model) == ('FPGA', '10ee', 'd020')
+    assert card.controlpath_info == {'domain': '0000', 'bus': '3b',
+                                     'device': '00', 'function': '0'}
+    assert card.std_board_info == {'vendor_id': '10ee', 'product_id': 'd020',
+                                   'class_code': '120000', 'numa_node': '0'}
+    assert card.deployables == []
+    assert card.vendor_board_info['image'] == 'golden'
+    assert 'nothing is schedulable' in card.vendor_board_info['note']
+
+
+def test_xilinx_golden_image_is_observed_at_the_pci_level(u50_golden_tree,
+                                                          driver_conf):
+    driver = xilinx.XilinxFPGADriver(driver_conf(),
+                                     pci.PCIReader(u50_golden_tree))
+    [observation] = driver.observe(driver.discover())
+    assert observation.address == '0000:3b:00.0'
+    assert observation.state == 'healthy', observation.reason
+    assert observation.usage == {'pcie_link_gts': 8.0,
+                                 'pcie_link_width': 16}
+
+
+def test_xilinx_golden_image_is_not_programmed(u50_golden_tree, driver_conf,
+                                               fake_tool, gbs):
+    xbmgmt = fake_tool('xbmgmt')
+    driver, devices = fpga_host_devices(xilinx.XilinxFPGADriver,
+                                        driver_conf, u50_golden_tree)
+    with pytest.raises(base.DriverError, match='factory image'):
+        driver.program(devices['0000:3b:00.0'], gbs)
+    assert not xbmgmt.ran
+
+
 def test_inspur_fpga(discover):
     [card] = discover(inspur.InspurFPGADriver, 'mixed')
     # Inspur's NVMe SSD shares the vendor id and is not an FPGA.
@@ -109,6 +156,13 @@ def fpga_host_devices(driver_class, driver_conf, root):
 def gbs(tmp_path):
     path = tmp_path / 'nlb_mode_0.gbs'
     path.write_bytes(b'GBS\x00green bitstream')
+    return path
+
+
+@pytest.fixture
+def xclbin(tmp_path):
+    path = tmp_path / 'vadd.xclbin'
+    path.write_bytes(b'xclbin2\x00')
     return path
 
 
@@ -184,10 +238,8 @@ def test_missing_tool_is_named(driver_conf, host_tree, tmp_path,
 
 
 def test_xilinx_program_loads_the_user_partition(driver_conf, host_tree,
-                                                 fake_tool, tmp_path):
+                                                 fake_tool, xclbin):
     xbmgmt = fake_tool('xbmgmt')
-    xclbin = tmp_path / 'vadd.xclbin'
-    xclbin.write_bytes(b'xclbin2\x00')
     driver, devices = fpga_host_devices(xilinx.XilinxFPGADriver,
                                         driver_conf, host_tree('fpga'))
     driver.program(devices['0000:d8:00.0'], xclbin, {})
@@ -198,7 +250,7 @@ def test_xilinx_program_loads_the_user_partition(driver_conf, host_tree,
 
 
 def test_xilinx_program_failure_quotes_xbmgmt(driver_conf, host_tree,
-                                              fake_tool, gbs):
+                                              fake_tool, xclbin):
     fake_tool('xbmgmt', status=1,
               stderr='ERROR: xclbin is not compatible with the shell\n')
     driver, devices = fpga_host_devices(xilinx.XilinxFPGADriver,
@@ -207,7 +259,7 @@ def test_xilinx_program_failure_quotes_xbmgmt(driver_conf, host_tree,
                        match=r'xbmgmt program --device 0000:d8:00.0 --user '
                              r'.* exited with status 1: ERROR: xclbin is '
                              r'not compatible'):
-        driver.program(devices['0000:d8:00.0'], gbs)
+        driver.program(devices['0000:d8:00.0'], xclbin)
 
 
 def test_xilinx_factory_image_is_not_programmed(driver_conf, host_tree,

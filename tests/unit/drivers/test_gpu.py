@@ -12,6 +12,7 @@ from tests.unit.drivers.inventory_view import address_of
 from tests.unit.drivers.inventory_view import by_controlpath
 from tests.unit.drivers.inventory_view import handle_addresses
 from tests.unit.drivers.trees import hosts
+from tests.unit.drivers.trees import sysfs
 
 T4_VGPU = {('gpu_devices', 'enabled_vgpu_types'): ['nvidia-222'],
            ('vgpu_nvidia-222', 'device_addresses'): ['0000:3b:00.0']}
@@ -133,8 +134,10 @@ def test_address_under_two_types_is_refused(driver_conf, host_tree):
         nvidia.NvidiaGPUDriver(conf, pci.PCIReader(host_tree('gpu')))
 
 
-def test_prepare_and_release_an_mdev(driver_conf, fresh_host_tree):
+def test_prepare_and_release_an_mdev(driver_conf, fresh_host_tree,
+                                     privileged_on):
     root = fresh_host_tree('gpu')
+    privileged_on(root)
     driver = nvidia.NvidiaGPUDriver(driver_conf(A100_VGPU),
                                     pci.PCIReader(root))
     [device] = [d for d in driver.discover()
@@ -142,8 +145,7 @@ def test_prepare_and_release_an_mdev(driver_conf, fresh_host_tree):
     handle = device.deployables[0].attach_handles[2]
     uuid = 'a6b1c2d3-0000-4000-8000-000000000001'
     driver.prepare_attach_handle(device, handle, uuid)
-    with open(os.path.join(root, 'sys/class/mdev_bus/0000:af:00.6/'
-                           'mdev_supported_types/nvidia-472/create')) as f:
+    with open(_create_file(root, '0000:af:00.6')) as f:
         assert f.read() == uuid
     # Nothing was created at that UUID in the recorded tree: no-op.
     driver.release_attach_handle(device, handle, uuid)
@@ -163,10 +165,11 @@ def _create_file(root, vf, type_id='nvidia-472'):
 
 
 def test_creating_an_mdev_that_exists_with_its_type_succeeds(
-        driver_conf, fresh_host_tree):
+        driver_conf, fresh_host_tree, privileged_on):
     """A bind resumed after a crash creates the mdev again: the kernel
     would answer EEXIST; the driver finds it there and writes nothing."""
     root = fresh_host_tree('gpu')
+    privileged_on(root)
     driver = nvidia.NvidiaGPUDriver(driver_conf(A100_VGPU),
                                     pci.PCIReader(root))
     device, handle = _a100_handle(driver, '0000:af:00.5')
@@ -175,50 +178,57 @@ def test_creating_an_mdev_that_exists_with_its_type_succeeds(
 
     with open(_create_file(root, '0000:af:00.5')) as f:
         assert f.read().strip() == ''
-    assert driver.pci.mdev_type_of(hosts.A100_MDEV) == 'nvidia-472'
 
 
 def test_creating_an_mdev_that_exists_with_another_type_fails(
-        driver_conf, fresh_host_tree):
+        driver_conf, fresh_host_tree, privileged_on):
     root = fresh_host_tree('gpu')
-    reader = pci.PCIReader(root)
-    with pytest.raises(pci.MdevConflict, match='exists with type '
-                       'nvidia-472, not nvidia-473'):
-        reader.create_mdev('0000:af:00.5', 'nvidia-473', hosts.A100_MDEV)
-    driver = nvidia.NvidiaGPUDriver(driver_conf(A100_VGPU), reader)
+    privileged_on(root)
+    driver = nvidia.NvidiaGPUDriver(driver_conf(A100_VGPU),
+                                    pci.PCIReader(root))
     device, handle = _a100_handle(driver, '0000:af:00.5')
     conflicting = inventory.AttachHandle('MDEV', dict(
         handle.attach_info, asked_type='nvidia-473'))
-    with pytest.raises(base.DriverError, match='Cannot create mdev'):
+    with pytest.raises(base.DriverError,
+                       match='Cannot create mdev .*: mdev %s exists with '
+                             'type nvidia-472, not nvidia-473'
+                             % hosts.A100_MDEV):
         driver.prepare_attach_handle(device, conflicting, hosts.A100_MDEV)
     with open(_create_file(root, '0000:af:00.5', 'nvidia-473')) as f:
         assert f.read().strip() == ''
 
 
-def test_removing_an_mdev_twice_succeeds(driver_conf, fresh_host_tree):
+def test_removing_an_mdev_twice_succeeds(driver_conf, fresh_host_tree,
+                                         privileged_on):
     root = fresh_host_tree('gpu')
-    reader = pci.PCIReader(root)
-    remove = os.path.join(root, 'sys/bus/mdev/devices', hosts.A100_MDEV,
-                          'remove')
-    assert reader.remove_mdev(hosts.A100_MDEV) is True
-    with open(remove) as f:
-        assert f.read() == '1'
-    # The kernel takes the mdev's directory away with it.
-    os.unlink(os.path.join(root, 'sys/bus/mdev/devices', hosts.A100_MDEV))
-    assert reader.remove_mdev(hosts.A100_MDEV) is False
-    driver = nvidia.NvidiaGPUDriver(driver_conf(A100_VGPU), reader)
+    privileged_on(root)
+    driver = nvidia.NvidiaGPUDriver(driver_conf(A100_VGPU),
+                                    pci.PCIReader(root))
     device, handle = _a100_handle(driver, '0000:af:00.5')
+    mdev_dir = os.path.realpath(os.path.join(
+        root, 'sys/bus/mdev/devices', hosts.A100_MDEV))
     driver.release_attach_handle(device, handle, hosts.A100_MDEV)
+    with open(os.path.join(mdev_dir, 'remove')) as f:
+        assert f.read() == '1'
+    sysfs.kernel_removes_mdev(root, mdev_dir)
+    driver.release_attach_handle(device, handle, hosts.A100_MDEV)
+    assert not os.path.exists(mdev_dir)
 
 
-def test_prepare_fails_cleanly_when_the_type_is_gone(driver_conf, tmp_path):
+def test_prepare_fails_cleanly_when_the_type_is_gone(driver_conf, tmp_path,
+                                                     privileged_on):
+    privileged_on(tmp_path)
     driver = nvidia.NvidiaGPUDriver(driver_conf(T4_VGPU),
                                     pci.PCIReader(str(tmp_path)))
     handle = inventory.AttachHandle('MDEV', {
         'domain': '0000', 'bus': '3b', 'device': '00', 'function': '0',
         'asked_type': 'nvidia-222', 'vgpu_mark': 'nvidia-222_0'})
-    with pytest.raises(base.DriverError, match='Cannot create mdev'):
-        driver.prepare_attach_handle(None, handle, 'u')
+    with pytest.raises(base.DriverError,
+                       match='Cannot create mdev %s of type nvidia-222 on '
+                             '0000:3b:00.0: .* does not exist'
+                             % hosts.A100_MDEV):
+        driver.prepare_attach_handle(None, handle, hosts.A100_MDEV)
+    assert os.listdir(tmp_path) == []
 
 
 def test_pci_handles_need_no_preparation(driver_conf, fresh_host_tree):

@@ -255,4 +255,4 @@ def test_fake_driver_is_always_healthy(driver_conf):
     driver = fake.FakeDriver(driver_conf(), pci.PCIReader('/nonexistent'))
     [observation] = driver.observe(driver.discover())
     assert observation.state == health.HEALTHY
-    assert observation.address == '0000:0c:00.0'
+    assert observation.address == 'ffff:0c:00.0'

@@ -74,6 +74,33 @@ def test_usage_follows_the_recording(h100, recorded_nvml):
     assert library.calls.count('nvmlDeviceGetTemperatureThreshold') == 1
 
 
+def test_identity_remapped_rows_and_the_last_xid(h100, recorded_nvml):
+    library = recorded_nvml()
+    usage = observe(h100).usage
+    sample = library.sample
+    assert {k: usage[k] for k in (
+        'gpu_index', 'gpu_uuid', 'gpu_name', 'fb_free_bytes', 'last_xid',
+        'remapped_rows_correctable', 'remapped_rows_uncorrectable',
+        'row_remap_pending', 'row_remap_failure')} == {
+        'gpu_index': 0,
+        'gpu_uuid': library.static['uuid'],
+        'gpu_name': 'NVIDIA H100 80GB HBM3',
+        'fb_free_bytes': sample['fb_total'] - sample['fb_used'],
+        'last_xid': 0,
+        'remapped_rows_correctable': 0, 'remapped_rows_uncorrectable': 0,
+        'row_remap_pending': 0, 'row_remap_failure': 0}
+    library.override(remapped_rows=[3, 2, 1, 1])
+    library.inject_xid(H100, 79)
+    library.inject_xid(H100, 13)  # caused by an application: still the last
+    usage = observe(h100).usage
+    assert usage['last_xid'] == 13
+    assert (usage['remapped_rows_correctable'],
+            usage['remapped_rows_uncorrectable'], usage['row_remap_pending'],
+            usage['row_remap_failure']) == (3, 2, 1, 1)
+    # The identity does not change: read once.
+    assert library.calls.count('nvmlDeviceGetUUID') == 1
+
+
 def test_xid_79_makes_the_gpu_unhealthy_and_it_stays_so(h100, recorded_nvml):
     library = recorded_nvml()
     assert observe(h100).state == health.HEALTHY

@@ -2,9 +2,13 @@
 
 The management function (``MGMT_TO_USER`` keys) is the control path and
 the device; the user function next to it (same slot, next function, the
-paired id) is what a VM gets. A card whose user function is missing runs
-only its factory image: it is reported without deployables until a shell
-is flashed.
+paired id) is what a VM gets. A card whose user function is missing is
+reported without deployables.
+
+A card that runs its factory (golden) image enumerates with an id of its
+own (``GOLDEN_IMAGES``), management function only: it is reported as an
+FPGA without deployables, ``vendor_board_info`` saying so, and nothing is
+schedulable on it until a shell is flashed.
 
 One deployable ``fpga_<management address>``, resource class ``FPGA``,
 one PCI attach handle (the user function). Traits ``CUSTOM_FPGA_XILINX``
@@ -18,7 +22,7 @@ management function::
 
 A card that runs its factory image has no user partition to load into:
 flashing a shell is an operator's job, not a bind's. See ``fpga/tool.py``
-for the user the tool runs as.
+for how the tool runs as root.
 """
 
 from cyborg.accelerator.drivers import base
@@ -38,11 +42,24 @@ MGMT_TO_USER = {
     '5020': '5021',  # Alveo U50
     '505c': '505d',  # Alveo U55C
 }
+# The ids of the same cards running their factory image (pci.ids names
+# them "Alveo <model> Golden Image").
+GOLDEN_IMAGES = {
+    'd000': 'Alveo U200',
+    'd004': 'Alveo U250',
+    'd00c': 'Alveo U280',
+    'd020': 'Alveo U50',
+}
+GOLDEN_INFO = {
+    'image': 'golden',
+    'note': 'The card runs its factory image: nothing is schedulable on it '
+            'until a shell is flashed.',
+}
 
 
-def _is_management(function):
+def _is_card(function, device_ids):
     return (function.vendor_id == VENDOR_ID
-            and function.device_id in MGMT_TO_USER
+            and function.device_id in device_ids
             and function.pci_class in FPGA_CLASSES
             and not function.is_vf)
 
@@ -54,8 +71,14 @@ class XilinxFPGADriver(base.AcceleratorDriver):
     def discover(self):
         functions = self.pci.functions()
         by_address = base.functions_by_address(functions)
-        return [self._device(mgmt, by_address)
-                for mgmt in functions if _is_management(mgmt)]
+        devices = []
+        for function in functions:
+            if _is_card(function, MGMT_TO_USER):
+                devices.append(self._device(function, by_address))
+            elif _is_card(function, GOLDEN_IMAGES):
+                devices.append(base.pci_device('FPGA', function, [],
+                                               **GOLDEN_INFO))
+        return devices
 
     def _device(self, mgmt, by_address):
         address = mgmt.address

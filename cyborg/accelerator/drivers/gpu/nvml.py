@@ -23,10 +23,14 @@ What is judged, per GPU (found by its PCI address):
 - a temperature at or above the slowdown threshold: degraded.
 
 Usage: GPU and memory utilisation (percent over NVML's last sample
-period), framebuffer used and total (bytes), power (mW), temperature
-(°C), and for each active vGPU what NVML gives per instance (mdev UUID,
-framebuffer used, SM/memory/encoder/decoder utilisation with the time of
-its sample). Calls a GPU does not support are left out.
+period), framebuffer used, free and total (bytes), power (mW), temperature
+(°C), remapped rows (counts, and whether a remap is pending or failed), the
+last XID the GPU reported (0 for none, application XIDs included), and for
+each active vGPU what NVML gives per instance (mdev UUID, framebuffer
+used, SM/memory/encoder/decoder utilisation with the time of its sample).
+The GPU's NVML identity comes with it: ``gpu_index``, ``gpu_uuid`` and
+``gpu_name``, read once per GPU. Calls a GPU does not support are left
+out.
 """
 
 import ctypes
@@ -87,6 +91,8 @@ class NVMLObserver:
         self._slowdown = {}  # address -> °C, or None where unsupported
         self._events = None  # the event set, None where unsupported
         self._xids = {}  # address -> [critical XIDs seen], kept
+        self._last_xid = {}  # address -> the last XID of any kind
+        self._identity = {}  # address -> {gpu_index, gpu_uuid, gpu_name}
         self._vgpu_stamps = {}  # address -> time stamp of the last sample
 
     def _start(self):
@@ -143,6 +149,7 @@ class NVMLObserver:
         handle = self._handles.pop(str(address), None)
         if handle is not None:
             self._addresses.pop(_key(handle), None)
+        self._identity.pop(str(address), None)
         return health.Finding(health.UNHEALTHY,
                               'NVML has lost the GPU at %s' % address)
 
@@ -198,6 +205,8 @@ class NVMLObserver:
                 continue
             address = self._addresses.get(_key(event.device))
             xid = event.eventData
+            if address is not None:
+                self._last_xid[address] = xid
             if xid in APPLICATION_XIDS:
                 LOG.info('XID %d on GPU %s, caused by an application',
                          xid, address)
@@ -208,7 +217,8 @@ class NVMLObserver:
 
     def _read(self, address, handle):
         nvml = self._nvml
-        findings, usage = [], {}
+        findings = []
+        usage = dict(self._gpu_identity(findings, address, handle))
         utilization = self._call(findings, nvml.nvmlDeviceGetUtilizationRates,
                                  handle)
         if utilization is not None:
@@ -217,6 +227,7 @@ class NVMLObserver:
         memory = self._call(findings, nvml.nvmlDeviceGetMemoryInfo, handle)
         if memory is not None:
             usage['fb_used_bytes'] = memory.used
+            usage['fb_free_bytes'] = memory.free
             usage['fb_total_bytes'] = memory.total
         power = self._call(findings, nvml.nvmlDeviceGetPowerUsage, handle)
         if power is not None:
@@ -239,7 +250,11 @@ class NVMLObserver:
                 'driver loaded' % ecc))
         rows = self._call(findings, nvml.nvmlDeviceGetRemappedRows, handle)
         if rows is not None:
-            _, _, pending, failure = rows
+            correctable, uncorrectable, pending, failure = rows
+            usage.update({'remapped_rows_correctable': correctable,
+                          'remapped_rows_uncorrectable': uncorrectable,
+                          'row_remap_pending': int(bool(pending)),
+                          'row_remap_failure': int(bool(failure))})
             if failure:
                 findings.append(health.Finding(
                     health.UNHEALTHY, 'row remapping failed'))
@@ -247,10 +262,29 @@ class NVMLObserver:
                 findings.append(health.Finding(
                     health.DEGRADED, 'a row remap is pending until the next '
                     'GPU reset'))
+        usage['last_xid'] = self._last_xid.get(str(address), 0)
         vgpus = self._vgpus(findings, address, handle)
         if vgpus:
             usage['vgpus'] = vgpus
         return findings, usage
+
+    def _gpu_identity(self, findings, address, handle):
+        """NVML's index, UUID and product name of the GPU; they do not
+        change while the handle lives, so they are read once."""
+        key = str(address)
+        identity = self._identity.get(key)
+        if identity is None:
+            nvml = self._nvml
+            identity = {}
+            for name, function in (('gpu_index', nvml.nvmlDeviceGetIndex),
+                                   ('gpu_uuid', nvml.nvmlDeviceGetUUID),
+                                   ('gpu_name', nvml.nvmlDeviceGetName)):
+                value = self._call(findings, function, handle)
+                if value is not None:
+                    identity[name] = value
+            if len(identity) == 3:
+                self._identity[key] = identity
+        return identity
 
     def _slowdown_threshold(self, findings, address, handle):
         key = str(address)

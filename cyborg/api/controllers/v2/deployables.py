@@ -1,14 +1,15 @@
-"""/v2/deployables: the units of a device that Placement sees."""
-
-import uuid as uuidlib
+"""/v2/deployables: the units of a device that Placement sees; from 2.5
+each shows its device's health."""
 
 import pecan
 
 from cyborg import exception
 from cyborg.api import collection
 from cyborg.api import conductor_calls
+from cyborg.api import device_health
 from cyborg.api import expose
 from cyborg.api import request_body
+from cyborg.api import uuids
 from cyborg.api import views
 from cyborg.api.controllers import resource
 from cyborg.db.api import deployables as db
@@ -17,8 +18,8 @@ PROGRAM = 'program'
 _PROGRAM_OP_FIELDS = {'path', 'op', 'value'}
 
 
-def _view(deployable, attributes, base_url):
-    return {
+def _view(deployable, attributes, usage, base_url, version):
+    view = {
         'uuid': deployable.uuid,
         'parent_id': deployable.parent_uuid,
         'root_id': deployable.root_uuid,
@@ -34,21 +35,22 @@ def _view(deployable, attributes, base_url):
         'updated_at': views.timestamp(deployable.updated_at),
         'links': views.self_link(base_url, 'deployables', deployable.uuid),
     }
+    if version >= device_health.FROM_VERSION:
+        view.update(device_health.fields(
+            deployable, usage.get(deployable.device_row_id)))
+    return view
 
 
-def _uuid(value):
-    """``value`` as a canonical uuid, or None if it is not one."""
-    try:
-        return str(uuidlib.UUID(value)) if isinstance(value, str) else None
-    except ValueError:
-        return None
+def _same(key):
+    """What tells two path keys apart: two forms of one uuid are one."""
+    return uuids.canonical(key) or key
 
 
 def _uuid_param(params, name):
     value = params.get(name)
     if value is None:
         return None
-    checked = _uuid(value)
+    checked = uuids.canonical(value)
     if checked is None:
         raise exception.Invalid('The %s filter must be a uuid, not %r.'
                                 % (name, value), code='cyborg.invalid_filter')
@@ -56,7 +58,7 @@ def _uuid_param(params, name):
 
 
 def _item_uuid(key):
-    checked = _uuid(key)
+    checked = uuids.canonical(key)
     if checked is None:
         raise exception.NotFound('No deployable with uuid %s exists.' % key,
                                  code='cyborg.deployable.not_found')
@@ -98,7 +100,7 @@ def check_program_patch(body):
         raise exception.Invalid(
             'The value for /program must be an array of one object with '
             'just the field image_uuid.')
-    image_uuid = _uuid(value[0]['image_uuid'])
+    image_uuid = uuids.canonical(value[0]['image_uuid'])
     if image_uuid is None:
         raise exception.Invalid('The image_uuid %r is not a uuid.'
                                 % (value[0]['image_uuid'],))
@@ -114,7 +116,7 @@ class DeployablesController(resource.ResourceController):
         request = request if request is not None else pecan.request
         # openstacksdk (and so OSC >= 10.5) sends /<uuid>/program/<uuid>.
         if len(args) == 3 and args[1] == PROGRAM:
-            if args[2] != args[0]:
+            if _same(args[2]) != _same(args[0]):
                 raise exception.Invalid(
                     'The path names two deployables, %s and %s.'
                     % (args[0], args[2]))
@@ -127,26 +129,29 @@ class DeployablesController(resource.ResourceController):
         request.authorize('cyborg:deployable:get_all')
         page = collection.page_params(request, params,
                                       {'name', 'created_at'})
-        rows, attributes = db.list_deployables(
+        rows, attributes, usage = db.list_deployables(
             request.context, name=params.get('name'),
             device_uuid=_uuid_param(params, 'device_id'),
-            rp_uuid=_uuid_param(params, 'rp_uuid'), **page)
+            rp_uuid=_uuid_param(params, 'rp_uuid'),
+            usage=request.version >= device_health.FROM_VERSION, **page)
         base = views.base_url(request)
-        return {'deployables': [_view(d, attributes, base) for d in rows]}
+        return collection.listing(
+            request, 'deployables',
+            [_view(d, attributes, usage, base, request.version)
+             for d in rows], page)
 
     @expose.json()
     def get_one(self, key, **params):
         request = pecan.request
         request.authorize('cyborg:deployable:get_one')
-        row, attributes = db.get_deployable(request.context, _item_uuid(key))
-        return _view(row, attributes, views.base_url(request))
+        return _current_view(request, _item_uuid(key))
 
     @expose.json()
     def program(self, key, **params):
         request = pecan.request
         request.authorize('cyborg:deployable:program')
         image_uuid = check_program_patch(request_body.load_json(request))
-        row, _ = db.get_deployable(request.context, _item_uuid(key))
+        row, _, _ = db.get_deployable(request.context, _item_uuid(key))
         conf = request.app_state.conf
         conductor_calls.call(
             request, 'program_deployable', row.uuid, image_uuid,
@@ -154,5 +159,12 @@ class DeployablesController(resource.ResourceController):
             timeout=conf.conductor.agent_program_timeout + 30,
             unavailable='The conductor did not answer in time; deployable '
                         '%s may still be being programmed.' % row.uuid)
-        row, attributes = db.get_deployable(request.context, row.uuid)
-        return _view(row, attributes, views.base_url(request))
+        return _current_view(request, row.uuid)
+
+
+def _current_view(request, uuid):
+    with_health = request.version >= device_health.FROM_VERSION
+    row, attributes, usage = db.get_deployable(request.context, uuid,
+                                               usage=with_health)
+    return _view(row, attributes, usage, views.base_url(request),
+                 request.version)

@@ -7,6 +7,7 @@ does on many boards.
 """
 
 import dataclasses
+import json
 
 from tests.unit.drivers.trees.sysfs import DFL
 from tests.unit.drivers.trees.sysfs import OPAE
@@ -203,6 +204,19 @@ HOSTS = {
     'io': IO_HOST,
     'mixed': list({f.bdf: f for f in GPU_HOST + FPGA_HOST + IO_HOST}
                   .values()),
+}
+
+# The driver options that make every device of ``mixed`` offer something
+# where it can, as ``{(group, option): value}``.
+MIXED_OPTIONS = {
+    ('gpu_devices', 'enabled_vgpu_types'): ['nvidia-222', 'nvidia-472'],
+    ('vgpu_nvidia-222', 'device_addresses'): ['0000:3b:00.0'],
+    ('vgpu_nvidia-472', 'device_addresses'): ['0000:af:00.4',
+                                              '0000:af:00.5'],
+    ('intel_nic', 'physical_device_mappings'): ['physnet1:eth2'],
+    # The Mellanox port, and the BMC display that must still be refused.
+    ('pci', 'device_spec'): [json.dumps({'vendor_id': '15b3'}),
+                             json.dumps({'vendor_id': '1a03'})],
 }
 
 # The lines of pci.ids that name some of the functions above; the others

@@ -12,6 +12,7 @@ drivers. Running it as a program writes one host for inspection:
 
 import dataclasses
 import os
+import shutil
 import sys
 
 
@@ -154,11 +155,40 @@ def _write_mdev_types(sys_dir, function, path):
         # Writing a UUID here is how an mdev is created.
         _write(os.path.join(type_dir, 'create'), '')
         for uuid in mdev.created:
-            mdev_dir = os.path.join(path, uuid)
-            _write(os.path.join(mdev_dir, 'remove'), '')
-            _link(os.path.join(mdev_dir, 'mdev_type'), type_dir)
-            _link(os.path.join(type_dir, 'devices', uuid), mdev_dir)
-            _link(os.path.join(sys_dir, 'bus/mdev/devices', uuid), mdev_dir)
+            _write_mdev(sys_dir, path, type_dir, uuid)
+
+
+def _write_mdev(sys_dir, parent, type_dir, uuid):
+    mdev_dir = os.path.join(parent, uuid)
+    _write(os.path.join(mdev_dir, 'remove'), '')
+    _link(os.path.join(mdev_dir, 'mdev_type'), type_dir)
+    _link(os.path.join(type_dir, 'devices', uuid), mdev_dir)
+    _link(os.path.join(sys_dir, 'bus/mdev/devices', uuid), mdev_dir)
+    return mdev_dir
+
+
+def kernel_creates_mdev(root, parent, type_id):
+    """What the kernel does when a UUID is written to the ``create`` file
+    of ``type_id`` on ``parent``: the mdev's directory below its parent,
+    with ``remove`` and ``mdev_type``, linked from the type's ``devices``
+    and from ``sys/bus/mdev/devices``. Returns the directory."""
+    sys_dir = os.path.join(root, 'sys')
+    parent_dir = os.path.realpath(os.path.join(sys_dir, 'class/mdev_bus',
+                                               parent))
+    type_dir = os.path.join(parent_dir, 'mdev_supported_types', type_id)
+    with open(os.path.join(type_dir, 'create')) as f:
+        uuid = f.read().strip()
+    return _write_mdev(sys_dir, parent_dir, type_dir, uuid)
+
+
+def kernel_removes_mdev(root, mdev_dir):
+    """What the kernel does once ``1`` is written to an mdev's
+    ``remove``: the directory and its links are gone."""
+    uuid = os.path.basename(mdev_dir)
+    type_dir = os.path.realpath(os.path.join(mdev_dir, 'mdev_type'))
+    os.unlink(os.path.join(type_dir, 'devices', uuid))
+    os.unlink(os.path.join(root, 'sys/bus/mdev/devices', uuid))
+    shutil.rmtree(mdev_dir)
 
 
 def _write_opae(sys_dir, fpga, path):
