@@ -14,10 +14,19 @@ STATE=${CYBORG_STATE_DIR:-$PWD/state}
 PORT=${CYBORG_PORT:-6666}
 CONFIG=${CYBORG_CONFIG:-}
 
-echo "==> installing into $VENV (the first time takes a minute or two)"
-[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-"$VENV/bin/pip" install -q --upgrade pip
-"$VENV/bin/pip" install -q -e ".[all-in-one]"
+EXTRAS=all-in-one
+
+# An editable install follows the code: pip runs again only when what it
+# reads changed (setup.cfg, requirements.txt) or the venv is new.
+if python3 tools/install_stamp.py check "$VENV" "$EXTRAS"; then
+  echo "==> $VENV is up to date; nothing to install"
+else
+  echo "==> installing into $VENV (the first time takes a minute or two)"
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q -e ".[$EXTRAS]"
+  python3 tools/install_stamp.py write "$VENV" "$EXTRAS"
+fi
 
 echo "==> starting cyborg-all-in-one (state in $STATE); Ctrl-C stops it"
 mkdir -p "$STATE"

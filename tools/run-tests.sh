@@ -14,8 +14,8 @@ echo "==> installing into $VENV"
 
 tools/ensure-services.sh
 
-echo "==> ruff"
-"$VENV/bin/ruff" check cyborg tests tools
+echo "==> lint (tools/lint.sh)"
+RUFF="$VENV/bin/ruff" tools/lint.sh
 
 echo "==> cyborg-tempest-plugin API tests, legacy then new policy defaults (real Keystone)"
 CYBORG_VENV="$VENV" POLICY_MODE=${POLICY_MODE:-both} tools/tempest/run.sh

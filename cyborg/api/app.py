@@ -9,20 +9,23 @@ from cyborg import policy
 from cyborg.api import expose
 from cyborg.api import hooks
 from cyborg.api.controllers import root
+from cyborg.api.middleware import access_log
 from cyborg.api.middleware import auth
 from cyborg.db import session
 
 
-def build_app(conf, db=None, transport=None):
+def build_app(conf, db=None, transport=None, notifier=None):
     """The API as a WSGI callable, configured by ``conf`` (a ConfigOpts).
 
     ``db`` lets a caller share one ``Database`` with the app (tests do);
     ``transport`` is the oslo.messaging transport to the conductor, made
-    from ``conf`` on the first call that needs it when not given.
+    from ``conf`` on the first call that needs it when not given;
+    ``notifier`` sends the API's notifications (made from ``conf`` when
+    not given; a caller that gives one closes it).
     """
     db = db if db is not None else session.Database(conf)
     state = hooks.AppState(conf, db, policy.DecisionCache(
-        policy.make_enforcer(conf)), transport=transport)
+        policy.make_enforcer(conf)), transport=transport, notifier=notifier)
     app = pecan.Pecan(
         root.RootController(),
         hooks=[hooks.RequestHook(state)],
@@ -34,10 +37,12 @@ def build_app(conf, db=None, transport=None):
         app = auth.KeystoneAuth(app, conf)
     else:
         app = auth.NoAuth(app)
-    app = request_id.RequestId(app)
     # Each middleware costs time on every request: only those configured.
     if conf.cors.allowed_origin:
         app = cors.CORS(app, conf)
     if conf.oslo_middleware.enable_proxy_headers_parsing:
         app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
-    return app
+    # Outermost: every request, a CORS preflight too, has an id and a
+    # line in the log.
+    app = request_id.RequestId(app)
+    return access_log.AccessLog(app)

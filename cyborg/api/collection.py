@@ -1,8 +1,11 @@
-"""Query parameters shared by collections: limit, marker and sorting."""
+"""Query parameters shared by collections (limit, marker and sorting)
+and the link to a list's next page."""
 
-import uuid
+from urllib import parse
 
 from cyborg import exception
+from cyborg.api import uuids
+from cyborg.api import views
 
 SORT_DIRS = ('asc', 'desc')
 
@@ -29,12 +32,12 @@ def page_params(request, params, sort_keys):
         limit = min(limit, max_limit)
     marker = params.get('marker')
     if marker is not None:
-        try:
-            marker = str(uuid.UUID(marker))
-        except ValueError:
+        checked = uuids.canonical(marker)
+        if checked is None:
             raise exception.Invalid(
                 'marker must be the uuid of an item, not %r.' % marker,
-                code='cyborg.invalid_marker') from None
+                code='cyborg.invalid_marker')
+        marker = checked
     sort_key = params.get('sort_key', 'id')
     if sort_key != 'id' and sort_key not in sort_keys:
         raise exception.Invalid(
@@ -48,3 +51,20 @@ def page_params(request, params, sort_keys):
             code='cyborg.invalid_sort_dir')
     return {'limit': limit, 'marker': marker, 'sort_key': sort_key,
             'sort_dir': sort_dir}
+
+
+def listing(request, name, items, page):
+    """The body of a list: ``{name: items}``, and ``next``, the URL of the
+    following page, whenever this page is full (it reached ``limit`` or
+    ``[api] max_limit``): a full page may be followed by more. ``page``
+    is what ``page_params`` returned, or nothing for an uncut list."""
+    body = {name: items}
+    limit = page.get('limit') if page else None
+    if items and limit is not None and len(items) >= limit:
+        query = [(key, value) for key, value in request.GET.items()
+                 if key != 'marker']
+        query.append(('marker', items[-1]['uuid']))
+        body['next'] = '%s%s?%s' % (views.base_url(request),
+                                    request.path_info,
+                                    parse.urlencode(query))
+    return body

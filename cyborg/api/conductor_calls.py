@@ -5,7 +5,14 @@ class; those that mean bad input or a conflict become the API's own, and
 an unreachable conductor is a 503, never a 500.
 """
 
+import time
+
 from cyborg import exception
+from cyborg.api.middleware import access_log
+
+# Kept from ``[api] conductor_timeout`` for writing the answer after a wait.
+REPLY_MARGIN = 0.2
+SHORTEST_WAIT = 0.1
 
 
 class ConductorUnavailable(exception.CyborgError):
@@ -47,3 +54,13 @@ def call(request, method, *args, unavailable=None, **options):
         if known is None:
             raise
         raise known(e.value) from None
+
+
+def time_left(request):
+    """Seconds this request may still wait for a conductor: ``[api]
+    conductor_timeout`` less what the request spent before (the token
+    check, its database writes) and a margin for the answer."""
+    bound = request.app_state.conf.api.conductor_timeout
+    started = request.environ.get(access_log.STARTED)
+    spent = 0.0 if started is None else time.monotonic() - started
+    return max(SHORTEST_WAIT, bound - spent - REPLY_MARGIN)

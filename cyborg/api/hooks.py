@@ -13,6 +13,8 @@ from cyborg import exception
 from cyborg import policy
 from cyborg.api import microversion
 from cyborg.api import request_body
+from cyborg.api.middleware import access_log
+from cyborg.notifications import notifier as notifier_module
 
 LOG = logging.getLogger(__name__)
 
@@ -24,13 +26,18 @@ MEMBERSHIP_MAX_AGE = 3
 
 class AppState:
     """What every request of one app shares: configuration, policy, DB,
-    the conductor's RPC client and the live conductors' ring.
+    the conductor's RPC client, the live conductors' ring and the
+    notifier (off unless configured; it makes its transport when it
+    first sends).
     """
 
-    def __init__(self, conf, db, enforcer, transport=None):
+    def __init__(self, conf, db, enforcer, transport=None, notifier=None):
         self.conf = conf
         self.db = db
         self.enforcer = enforcer
+        self.notifier = (notifier if notifier is not None
+                         else notifier_module.Notifier(conf,
+                                                       notifier_module.API))
         self._transport = transport
         self._conductor = None
         self._conductor_lock = threading.Lock()
@@ -94,6 +101,7 @@ class RequestHook(hooks.PecanHook):
         request.context = cyborg_context.RequestContext.from_environ(
             request.environ, db=self.app_state.db)
         _scope_from_user_token(request)
+        request.environ[access_log.CONTEXT] = request.context
 
         def authorize(rule, target=None):
             policy.authorize(self.app_state.enforcer, request.context,

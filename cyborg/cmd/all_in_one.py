@@ -20,12 +20,12 @@ state directory (both databases are migrated, not recreated).
 import argparse
 import os
 import sys
-import threading
 import uuid
 
 from oslo_config import cfg
 from oslo_log import log
 
+from cyborg import cmd
 from cyborg import conf as cyborg_conf
 from cyborg import service  # first: keeps eventlet out (see service.py)
 from cyborg.accelerator.drivers import fake
@@ -33,6 +33,7 @@ from cyborg.agent import manager as agent_manager
 from cyborg.api import app as api_app
 from cyborg.clients import placement as placement_client
 from cyborg.cmd import api as api_cmd
+from cyborg.cmd import console
 from cyborg.cmd import demo
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import placement_sync
@@ -190,27 +191,18 @@ class AllInOne(service.Service):
         agent.start()
         self.on_stop(agent.stop)
 
-        server = api_cmd.make_server(
-            conf, api_app.build_app(conf, db, transport=transport))
-        server.prepare()
-        host, port = server.bind_addr[:2]
-        self.api_url = 'http://%s:%d' % (host, port)
-        thread = threading.Thread(target=server.serve, daemon=True,
-                                  name='api')
-        thread.start()
-        self.on_stop(server.stop)
-        print('cyborg-all-in-one: API on %s (state in %s)'
-              % (self.api_url, self.state_dir), flush=True)
+        self.api_url = api_cmd.serve(self, conf, api_app.build_app(
+            conf, db, transport=transport))
+        _say('API on %s (state in %s)' % (self.api_url, self.state_dir))
         _progress('waiting for the agent\'s first report')
         if self._show_inventory(agent, placement, compute_rp) and self.demo:
             self._run_demo()
-        print('cyborg-all-in-one: ready; the API is on %s. Ctrl-C stops '
-              'everything.' % self.api_url, flush=True)
+        _say('ready; the API is on %s. Ctrl-C stops everything.'
+             % self.api_url)
 
     def _run_demo(self):
         if 'fake_driver' not in self.conf.agent.enabled_drivers:
-            print('cyborg-all-in-one: no demo: fake_driver is not enabled',
-                  flush=True)
+            _say('no demo: fake_driver is not enabled')
             return
         rp_uuid = placement_sync.provider_uuid(placement_sync.provider_name(
             self.conf.host, fake.DEPLOYABLE_NAME))
@@ -218,8 +210,8 @@ class AllInOne(service.Service):
             lines = demo.run(self.api_url, self.conf.host, rp_uuid)
         except (demo.DemoFailed, OSError) as exc:
             lines = ['Demo failed: %s' % exc]
-        print('\n'.join(['Demo: Nova\'s part, played against the API:']
-                        + ['  ' + line for line in lines]), flush=True)
+        console.say('\n'.join(['Demo: Nova\'s part, played against the API:']
+                               + ['  ' + line for line in lines]))
 
     def _show_inventory(self, agent, placement, compute_rp):
         deadline = FIRST_REPORT_TIMEOUT
@@ -228,8 +220,7 @@ class AllInOne(service.Service):
                 return False
             deadline -= 0.2
         if agent.manager.last_report is None:
-            print('cyborg-all-in-one: no inventory report yet; see the log',
-                  flush=True)
+            _say('no inventory report yet; see the log')
             return False
         lines = ['Discovered devices (drivers: %s):' % ', '.join(
             self.conf.agent.enabled_drivers)]
@@ -237,19 +228,27 @@ class AllInOne(service.Service):
         lines.append('Resource providers in Placement:')
         lines += ['  ' + line for line in describe_tree(placement,
                                                         compute_rp)]
-        print('\n'.join(lines), flush=True)
+        console.say('\n'.join(lines))
         return True
 
 
+def _say(text):
+    console.say('cyborg-all-in-one: %s' % text)
+
+
 def _progress(step):
-    print('cyborg-all-in-one: %s ...' % step, flush=True)
+    _say('%s ...' % step)
 
 
 def main(argv=None):
+    console.guard()
     args = parse_args(sys.argv[1:] if argv is None else argv)
     os.makedirs(args.state_dir, exist_ok=True)
     conf = make_conf(args)
     log.setup(conf, 'cyborg')
-    status = service.launch(AllInOne(conf, args.state_dir, demo=args.demo))
-    print('cyborg-all-in-one: stopped', flush=True)
+    # SIGHUP restarts it, with the same configuration.
+    status = cmd.launch(AllInOne(conf, args.state_dir, demo=args.demo),
+                        conf, reload_conf=False)
+    if status == 0:
+        _say('stopped')
     sys.exit(status)

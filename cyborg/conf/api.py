@@ -25,7 +25,8 @@ opts = [
     cfg.FloatOpt('conductor_timeout',
                  default=10.0,
                  min=0.5,
-                 help='Seconds an API request waits for a conductor: an '
+                 help='Seconds an API request that waits for a conductor '
+                      'may take in all, counted from its arrival: an '
                       'enable or disable for Placement to be updated (the '
                       'device status is stored first; past this bound the '
                       'request answers 503, saying that Placement will be '

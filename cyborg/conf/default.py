@@ -21,16 +21,18 @@ opts = [
     cfg.IntOpt('heartbeat_interval',
                default=10,
                min=1,
-               help='Seconds between two heartbeats of a conductor or an '
-                    'agent: each one records in the database (an agent '
-                    'through its conductor) that it is alive.'),
+               help='Seconds between two heartbeats of a conductor: each '
+                    'one records in the database that it is alive and reads '
+                    'the live conductors again. Agents heartbeat every '
+                    '[agent] heartbeat_interval seconds.'),
     cfg.IntOpt('service_down_time',
                default=30,
                min=2,
                help='Seconds without a heartbeat after which a conductor '
                     'or agent counts as dead: the hash ring gives a dead '
                     "conductor's hosts to the live ones, which finish or "
-                    'fail its binds. Must be above heartbeat_interval.'),
+                    'fail its binds. Must be above heartbeat_interval and '
+                    '[agent] heartbeat_interval.'),
     cfg.StrOpt('state_path',
                default='/var/lib/cyborg',
                help='Top-level directory for the state of the service.'),

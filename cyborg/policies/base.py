@@ -19,7 +19,10 @@ PROJECT_MEMBER_OR_SERVICE = '(%s) or %s' % (PROJECT_MEMBER, SERVICE)
 # What the rules allowed before the new defaults, kept while operators
 # run with [oslo_policy] enforce_new_defaults = False.
 LEGACY_ANYONE = '@'
-LEGACY_ADMIN = 'is_admin:True or role:admin'
+# The admin role, as now. (It read "is_admin:True or role:admin", but
+# oslo.context deprecates rules that read ``is_admin``, and the only
+# contexts with it, the services' own, carry the admin role too.)
+LEGACY_ADMIN = ADMIN
 
 DEPRECATED_REASON = (
     'The rules now know the reader, member, manager and service roles and '
@@ -28,14 +31,18 @@ DEPRECATED_SINCE = '2026.2'
 
 
 def rule(name, check_str, description, operations, legacy):
-    """A project-scoped rule whose legacy default is ``legacy``."""
+    """A project-scoped rule whose legacy default is ``legacy``; one whose
+    default did not change has no deprecated rule."""
+    deprecated = None
+    if legacy != check_str:
+        deprecated = policy.DeprecatedRule(
+            name=name, check_str=legacy,
+            deprecated_reason=DEPRECATED_REASON,
+            deprecated_since=DEPRECATED_SINCE)
     return policy.DocumentedRuleDefault(
         name=name,
         check_str=check_str,
         description=description,
         operations=[{'method': m, 'path': p} for m, p in operations],
         scope_types=['project'],
-        deprecated_rule=policy.DeprecatedRule(
-            name=name, check_str=legacy,
-            deprecated_reason=DEPRECATED_REASON,
-            deprecated_since=DEPRECATED_SINCE))
+        deprecated_rule=deprecated)

@@ -34,10 +34,13 @@ class ResourceController:
     """Base of the /v2 collections; subclasses define the handlers.
 
     ``ACTIONS`` maps (method, action) to a handler for
-    ``/<collection>/<key>/<action>`` (e.g. a device's ``disable``).
+    ``/<collection>/<key>/<action>`` (e.g. a device's ``disable``);
+    ``ACTIONS_FROM`` maps an action to the microversion that brought it,
+    below which its path does not exist.
     """
 
     ACTIONS = {}
+    ACTIONS_FROM = {}
 
     @pecan.expose()
     def _route(self, args, request=None):
@@ -47,6 +50,9 @@ class ResourceController:
         if args == [''] and request.method != 'DELETE':
             args = []
         if len(args) == 2:
+            if (request.version or (0, 0)) < self.ACTIONS_FROM.get(
+                    args[1], (0, 0)):
+                self._refuse(request, ())
             name = self.ACTIONS.get((request.method, args[1]))
             if name is None:
                 self._refuse(request, {m for m, a in self.ACTIONS

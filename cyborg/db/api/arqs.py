@@ -22,6 +22,7 @@ from sqlalchemy import orm
 from cyborg import exception
 from cyborg import states
 from cyborg.db import models
+from cyborg.db.api import locking
 from cyborg.db.api import pagination
 
 ARQ = models.ExtendedAcceleratorRequest
@@ -78,17 +79,36 @@ def not_found(uuid):
 
 # -- reading -------------------------------------------------------------
 
-def list_arqs(context, project_id=None, instance_uuid=None, **page):
+def list_arqs(context, project_id=None, instance_uuid=None, uuids=None,
+              **page):
     with context.db.read_connection(context) as connection:
         stmt = _scoped(_view_select(), project_id)
         if instance_uuid is not None:
             stmt = stmt.where(ARQ.instance_uuid == instance_uuid)
+        if uuids is not None:
+            stmt = stmt.where(ARQ.uuid.in_(list(uuids)))
         if page:
-            stmt = pagination.paginate(connection, stmt, ARQ, **page)
+            # Another project's ARQ is no marker: as an unknown uuid.
+            stmt = pagination.paginate(
+                connection, stmt, ARQ, visible=None if project_id is None
+                else ARQ.project_id == project_id, **page)
         else:
             stmt = stmt.order_by(ARQ.id)
         return [dict(row._mapping)
                 for row in connection.execute(stmt)]
+
+
+def _views(session, rows, describe):
+    """The views of ``rows`` (with ``id`` and ``uuid``), read in
+    ``session``'s transaction: what is about to change, as it is. Unless
+    ``describe``, only their uuids (``{'uuid': ...}``), read already."""
+    if not describe:
+        return [{'uuid': r.uuid} for r in rows]
+    if not rows:
+        return []
+    return [dict(r._mapping) for r in session.execute(
+        _view_select().where(ARQ.id.in_([r.id for r in rows]))
+        .order_by(ARQ.id))]
 
 
 def get_arq(context, uuid, project_id=None):
@@ -101,14 +121,30 @@ def get_arq(context, uuid, project_id=None):
     return dict(row._mapping)
 
 
+def bound_on_host(context, hostname):
+    """The Bound ARQs whose device is on ``hostname`` (as its agent names
+    the host), in one SELECT: ``(cpid_type, cpid_info, instance_uuid,
+    project_id)`` each, the control path being the device's."""
+    with context.db.read_connection(context) as connection:
+        return connection.execute(
+            sa.select(models.ControlPathID.cpid_type,
+                      models.ControlPathID.cpid_info, ARQ.instance_uuid,
+                      ARQ.project_id)
+            .select_from(ARQ)
+            .join(Handle, Handle.id == ARQ.attach_handle_id)
+            .join(models.ControlPathID,
+                  models.ControlPathID.id == Handle.cpid_id)
+            .join(Device, Device.id == models.ControlPathID.device_id)
+            .where(Device.hostname == hostname, ARQ.state == states.BOUND)
+            .order_by(ARQ.id)).all()
+
+
 # -- creating ------------------------------------------------------------
 
 def _units(groups):
-    """(group index, count) for every group: the sum of its resources."""
-    for index, group in enumerate(groups):
-        count = sum(int(value) for key, value in group.items()
-                    if key.startswith('resources:'))
-        yield index, count
+    """How many ARQs each group asks for: the sum of its resources."""
+    return [sum(int(value) for key, value in group.items()
+                if key.startswith('resources:')) for group in groups]
 
 
 def create_arqs(context, profile_name, project_id):
@@ -123,16 +159,17 @@ def create_arqs(context, profile_name, project_id):
             raise exception.NotFound(
                 'No device profile named %r exists.' % profile_name,
                 code='cyborg.device_profile.not_found')
-        units = [index for index, count in
-                 _units(profile.profile_json['groups'])
-                 for _ in range(count)]
-        if len(units) > MAX_ARQS_PER_REQUEST:
+        # Summed before anything is made of them: a profile stored
+        # before counts were capped may ask for millions.
+        counts = _units(profile.profile_json['groups'])
+        total = sum(counts)
+        if total > MAX_ARQS_PER_REQUEST:
             raise exception.Invalid(
                 'Device profile %s asks for %d accelerators; one request '
                 'may create at most %d accelerator requests.'
-                % (profile_name, len(units), MAX_ARQS_PER_REQUEST),
+                % (profile_name, total, MAX_ARQS_PER_REQUEST),
                 code='cyborg.arq.too_many')
-        if not units:
+        if not total:
             raise exception.Invalid(
                 'Device profile %s asks for no resources, so there is no '
                 'accelerator to request.' % profile_name,
@@ -140,7 +177,8 @@ def create_arqs(context, profile_name, project_id):
         rows = [{'uuid': str(uuidlib.uuid4()), 'project_id': project_id,
                  'state': states.INITIAL, 'device_profile_id': profile.id,
                  'device_profile_group_id': index, 'created_at': now}
-                for index in units]
+                for index, count in enumerate(counts)
+                for _ in range(count)]
         session.execute(sa.insert(ARQ), rows)
     return [{'uuid': r['uuid'], 'state': r['state'],
              'device_profile_group_id': r['device_profile_group_id'],
@@ -174,6 +212,7 @@ def _refusal(session, uuid, project_id, event):
         'again.' % uuid, code='cyborg.arq.changed')
 
 
+@_retry_on_deadlock
 def start_binding(context, bindings, project_id=None, conductor=None):
     """Move every ARQ of ``bindings`` to BindStarted, or none of them.
 
@@ -181,20 +220,17 @@ def start_binding(context, bindings, project_id=None, conductor=None):
     ``device_rp_uuid``, ``instance_uuid`` and, optionally, the
     ``project_id`` it is given to. ``conductor`` is the conductor the
     bind is sent to (their host's owner), recorded as the bind's owner.
+    An instance that has ARQs of its project from an earlier bind is
+    refused (Conflict); binds of one instance take turns, so that of two
+    at once the second sees the first's ARQs.
     """
     now = models.utcnow()
     with context.db.writer(context) as session:
         instances = sorted({b['instance_uuid'] for b in bindings.values()})
-        earlier = session.execute(
-            sa.select(ARQ.instance_uuid, ARQ.uuid).where(
-                ARQ.instance_uuid.in_(instances),
-                ARQ.uuid.not_in(list(bindings))).limit(1)).first()
-        if earlier is not None:
-            raise exception.Invalid(
-                'Instance %s already has accelerator request %s from an '
-                'earlier bind; unbind or delete that first.'
-                % (earlier.instance_uuid, earlier.uuid),
-                code='cyborg.arq.instance_already_bound')
+        locking.take_turns(session.connection(),
+                           ['arq-instance:' + i for i in instances],
+                           ARQ.__table__, ARQ.instance_uuid.in_(instances))
+        _refuse_earlier_binds(session, bindings, project_id)
         sources = states.sources(states.BIND)
         for uuid, binding in bindings.items():
             values = {'state': states.BIND_STARTED,
@@ -211,6 +247,32 @@ def start_binding(context, bindings, project_id=None, conductor=None):
                 ).values(**values))
             if done.rowcount != 1:
                 raise _refusal(session, uuid, project_id, states.BIND)
+
+
+def _refuse_earlier_binds(session, bindings, project_id):
+    """Conflict if an instance of ``bindings`` has other ARQs of the
+    project its ARQs will belong to (the caller holds the instances'
+    locks). Only that project's ARQs count, and so only they are named."""
+    rows = session.execute(
+        _scoped(sa.select(ARQ.uuid, ARQ.project_id), project_id)
+        .where(ARQ.uuid.in_(list(bindings)))).all()
+    _check_all_found(rows, bindings)
+    owners = dict(rows)
+    wanted = {(b['instance_uuid'], b.get('project_id') or owners[uuid])
+              for uuid, b in bindings.items()}
+    earlier = session.execute(
+        sa.select(ARQ.instance_uuid, ARQ.uuid).where(
+            sa.or_(*[sa.and_(ARQ.instance_uuid == instance,
+                             ARQ.project_id == project)
+                     for instance, project in sorted(wanted)]),
+            ARQ.uuid.not_in(list(bindings))).order_by(ARQ.id).limit(1)
+    ).first()
+    if earlier is not None:
+        raise exception.Conflict(
+            'Instance %s already has accelerator request %s from an '
+            'earlier bind; unbind or delete that first.'
+            % (earlier.instance_uuid, earlier.uuid),
+            code='cyborg.arq.instance_already_bound')
 
 
 def fail_started_binds(context, uuids):
@@ -308,7 +370,8 @@ def unfinished_binds(context, conductor):
 def _bind_work(session, where):
     rows = session.execute(
         sa.select(ARQ.id, ARQ.uuid, ARQ.hostname, ARQ.device_rp_uuid,
-                  ARQ.instance_uuid, ARQ.device_profile_id,
+                  ARQ.instance_uuid, ARQ.project_id, ARQ.bind_started_at,
+                  ARQ.device_profile_id,
                   ARQ.device_profile_group_id,
                   ARQ.attach_handle_id, Profile.name.label('profile_name'),
                   Profile.profile_json)
@@ -643,8 +706,9 @@ def _releasing_columns():
 
 
 @_retry_on_deadlock
-def unbind(context, uuids, project_id=None):
-    """Unbind every ARQ of ``uuids`` or none: → Unbound, handles freed."""
+def unbind(context, uuids, project_id=None, describe=False):
+    """Unbind every ARQ of ``uuids`` or none: → Unbound, handles freed.
+    Returns them as they were before (see ``_views``)."""
     with context.db.writer(context) as session:
         rows = _locked(session, ARQ.uuid.in_(list(uuids)), project_id)
         _check_all_found(rows, uuids)
@@ -652,10 +716,12 @@ def unbind(context, uuids, project_id=None):
         for row in rows:
             if row.state not in allowed:
                 raise _refusal(session, row.uuid, project_id, states.UNBIND)
+        released = _views(session, rows, describe)
         session.execute(sa.update(ARQ).where(
             ARQ.id.in_([r.id for r in rows])).values(
             state=states.UNBOUND, **_releasing_columns()))
         _free_handles(session, [r.attach_handle_id for r in rows])
+    return released
 
 
 def fail_unbind(context, uuids):
@@ -689,14 +755,17 @@ def handles_of(context, uuids=None, instance_uuid=None, project_id=None):
 
 
 @_retry_on_deadlock
-def finish_deleting(context, uuids):
-    """Free the handles of these Deleting ARQs and remove them."""
+def finish_deleting(context, uuids, describe=False):
+    """Free the handles of these Deleting ARQs and remove them; returns
+    those removed, as they were (see ``_views``)."""
     with context.db.writer(context) as session:
         rows = _locked(session, sa.and_(ARQ.uuid.in_(list(uuids)),
                                         ARQ.state == states.DELETING), None)
+        removed = _views(session, rows, describe)
         _free_handles(session, [r.attach_handle_id for r in rows])
         session.execute(sa.delete(ARQ).where(
             ARQ.id.in_([r.id for r in rows])))
+    return removed
 
 
 class ServiceTokenRequired(exception.Forbidden):
@@ -705,9 +774,10 @@ class ServiceTokenRequired(exception.Forbidden):
 
 @_retry_on_deadlock
 def delete_arqs(context, uuids=None, instance_uuid=None, project_id=None,
-                allow_bound=True):
+                allow_bound=True, describe=False):
     """Delete the ARQs named by uuid (all or none) or by instance (none is
-    no error). Returns ``(deleted, deferred)`` uuids.
+    no error). Returns ``(deleted, deferred)``: the ARQs removed, as they
+    were (see ``_views``), and the uuids of those left Deleting.
 
     Those with a handle prepared on a host are only moved to Deleting
     (``deferred``): the conductor releases the device and removes them.
@@ -739,11 +809,12 @@ def delete_arqs(context, uuids=None, instance_uuid=None, project_id=None,
             session.execute(sa.update(ARQ).where(
                 ARQ.id.in_([r.id for r in deferred])).values(
                 state=states.DELETING))
+        deleted = _views(session, now, describe)
         if now:
             _free_handles(session, [r.attach_handle_id for r in now])
             session.execute(sa.delete(ARQ).where(
                 ARQ.id.in_([r.id for r in now])))
-        return [r.uuid for r in now], [r.uuid for r in deferred]
+        return deleted, [r.uuid for r in deferred]
 
 
 def stale_deletions(context, older_than_seconds):

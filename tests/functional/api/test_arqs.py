@@ -6,14 +6,18 @@ conductor stores a report; binds need no agent for it.
 """
 
 import threading
+import tracemalloc
 import uuid
 
 import pytest
 import sqlalchemy as sa
 
+from cyborg import context as cyborg_context
+from cyborg import exception
 from cyborg import states
 from cyborg.conductor import binding
 from cyborg.db import models
+from cyborg.db.api import arqs as arqs_db
 from cyborg.db.api import device_profiles
 from tests import arq_stack
 from tests.arq_stack import ARQS
@@ -226,19 +230,113 @@ def test_illegal_transitions_are_409(api, profile, fpga_rp, conductor):
     assert refused.json['code'] == states.InvalidTransition.code
 
 
-def test_a_second_bind_of_an_instance_is_400(api, profile, fpga_rp,
+def stored_arqs(db):
+    """{uuid: (state, instance_uuid)} of every ARQ."""
+    table = models.ExtendedAcceleratorRequest
+    with db.engine.connect() as conn:
+        return {r.uuid: (r.state, r.instance_uuid) for r in conn.execute(
+            sa.select(table.uuid, table.state, table.instance_uuid))}
+
+
+def earlier_bind(instance, arq_uuid):
+    return ('Instance %s already has accelerator request %s from an earlier '
+            'bind; unbind or delete that first.' % (instance, arq_uuid))
+
+
+def test_a_second_bind_of_an_instance_is_409(api, db, profile, fpga_rp,
                                              conductor):
     first, second = (create(api).json['arqs'] for _ in range(2))
     instance = str(uuid.uuid4())
     api.patch_json(ARQS, bind_body(first, fpga_rp, instance),
                    headers=MEMBER)
+    before = stored_arqs(db)
 
     again = api.patch_json(ARQS, bind_body(second, fpga_rp, instance),
                            headers=MEMBER, expect_errors=True)
 
-    assert again.status_int == 400
-    assert instance in again.json['error_message']
-    assert {a['state'] for a in second} == {'Initial'}
+    assert again.status_int == 409
+    assert again.json['error_message'] == earlier_bind(instance,
+                                                       first[0]['uuid'])
+    assert again.json['code'] == 'cyborg.arq.instance_already_bound'
+    assert stored_arqs(db) == before
+    assert {before[a['uuid']] for a in second} == {('Initial', None)}
+
+
+def test_only_the_projects_own_earlier_binds_count(api, db, profile,
+                                                  fpga_rp, conductor):
+    theirs = create(api).json['arqs']
+    first, second = (create(api, headers=OTHER_MEMBER).json['arqs']
+                     for _ in range(2))
+    instance = str(uuid.uuid4())
+    api.patch_json(ARQS, bind_body(theirs, fpga_rp, instance),
+                   headers=MEMBER)
+
+    # p1's ARQs of the instance neither stop p2's bind nor are named.
+    mine = api.patch_json(ARQS, bind_body(first, fpga_rp, instance),
+                          headers=OTHER_MEMBER)
+    before = stored_arqs(db)
+    again = api.patch_json(ARQS, bind_body(second, fpga_rp, instance),
+                           headers=OTHER_MEMBER, expect_errors=True)
+
+    assert mine.status_int == 202
+    assert again.status_int == 409
+    assert again.json['error_message'] == earlier_bind(instance,
+                                                       first[0]['uuid'])
+    assert not any(a['uuid'] in again.json['error_message']
+                   for a in theirs)
+    assert stored_arqs(db) == before
+
+
+def test_two_binds_of_one_instance_take_turns(api, db, profile, fpga_rp):
+    first, second = (create(api).json['arqs'] for _ in range(2))
+    instance = str(uuid.uuid4())
+    holding, release = threading.Event(), threading.Event()
+    outcome = {}
+
+    def bind_and_hold():
+        # The first bind's transaction stays open until released.
+        context = cyborg_context.admin_context(db, project_id='p1')
+        with db.writer(context):
+            arqs_db.start_binding(context, bind_arqs(first, fpga_rp,
+                                                     instance), 'p1')
+            holding.set()
+            release.wait(10)
+
+    def bind_second():
+        context = cyborg_context.admin_context(db, project_id='p1')
+        try:
+            arqs_db.start_binding(context, bind_arqs(second, fpga_rp,
+                                                     instance), 'p1')
+        except exception.Conflict as e:
+            outcome['refused'] = e
+        else:
+            outcome['bound'] = True
+
+    holder = threading.Thread(target=bind_and_hold)
+    holder.start()
+    assert holding.wait(10)
+    contender = threading.Thread(target=bind_second)
+    contender.start()
+    contender.join(0.5)
+    still_waiting = contender.is_alive()
+    release.set()
+    holder.join(10)
+    contender.join(30)
+
+    assert still_waiting
+    assert list(outcome) == ['refused']
+    assert outcome['refused'].status == 409
+    assert str(outcome['refused']) == earlier_bind(instance,
+                                                   first[0]['uuid'])
+    stored = stored_arqs(db)
+    assert {stored[a['uuid']] for a in first} == {('BindStarted', instance)}
+    assert {stored[a['uuid']] for a in second} == {('Initial', None)}
+
+
+def bind_arqs(arqs, rp, instance):
+    """What ``start_binding`` takes to bind ``arqs`` to ``instance``."""
+    return {a['uuid']: {'hostname': arq_stack.HOST, 'device_rp_uuid': rp,
+                        'instance_uuid': instance} for a in arqs}
 
 
 def test_bind_is_all_or_nothing(api, profile, fpga_rp, conductor):
@@ -266,3 +364,35 @@ def test_listing_takes_one_query_for_any_number(api, profile, sql_counter):
 
     assert len(listed) == 33
     assert len(sql_counter) == few == 1
+
+
+def arq_rows(db):
+    with db.engine.connect() as conn:
+        return conn.execute(sa.select(sa.func.count()).select_from(
+            models.ExtendedAcceleratorRequest)).scalar_one()
+
+
+@pytest.mark.parametrize('groups,total', [
+    ([{'resources:FPGA': '30000000'}], 30000000),
+    ([{'resources:FPGA': '999999999'}, {'resources:FPGA': '999999999'}],
+     1999999998),
+    ([{'resources:FPGA': '33'}, {'resources:FPGA': '32'}], 65)])
+def test_a_profile_stored_before_the_cap_is_refused_before_expansion(
+        api, db, admin_context, groups, total):
+    # Stored as an older release would have: no cap on the counts.
+    arq_stack.make_profile(admin_context, 'old-big', groups)
+
+    tracemalloc.start()
+    try:
+        refused = create(api, 'old-big')
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert refused.status_int == 400
+    assert refused.json['error_message'] == (
+        'Device profile old-big asks for %d accelerators; one request may '
+        'create at most 64 accelerator requests.' % total)
+    assert arq_rows(db) == 0
+    # One unit per accelerator would take hundreds of MiB.
+    assert peak < 8 * 2 ** 20

@@ -2,6 +2,7 @@
 
 import uuid
 
+import pytest
 import sqlalchemy as sa
 import webtest
 
@@ -222,3 +223,41 @@ def test_public_endpoint_overrides_the_request_url(conf, db):
         'https://api.example/accelerator/v2')
     assert create(api, 'p')['links'][0]['href'].startswith(
         'https://api.example/accelerator/v2/device_profiles/')
+
+
+@pytest.mark.parametrize('count', ['64', 64])
+def test_a_count_of_64_is_accepted(api, count):
+    made = create(api, 'most', groups=[{'resources:FPGA': count}])
+
+    assert made['groups'] == [{'resources:FPGA': '64'}]
+
+
+@pytest.mark.parametrize('count,shown', [
+    ('65', "'65'"), (65, "'65'"), ('999999999', "'999999999'"),
+    ('9' * 5000, repr('9' * 5000))])
+def test_a_count_above_64_is_refused(api, count, shown):
+    refused = api.post_json(DP, [{'name': 'many', 'groups': [
+        {'resources:FPGA': count}]}], expect_errors=True)
+
+    assert refused.status_int == 400
+    assert refused.json['error_message'] == (
+        'The value of resources:FPGA may be at most 64, not %s: a request '
+        'makes at most 64 accelerator requests.' % shown)
+    assert names(api) == []
+
+
+def test_the_counts_of_a_profile_add_up_to_at_most_64(api):
+    groups = [{'resources:FPGA': '40'},
+              {'resources:PGPU': '20', 'resources:VGPU': '5'}]
+
+    refused = api.post_json(DP, [{'name': 'many', 'groups': groups}],
+                            expect_errors=True)
+    groups[1]['resources:VGPU'] = '4'
+    made = create(api, 'just-enough', groups=groups)
+
+    assert refused.status_int == 400
+    assert refused.json['error_message'] == (
+        'The groups ask for 65 accelerators in all; a device profile may '
+        'ask for at most 64, as a request makes at most 64 accelerator '
+        'requests.')
+    assert names(api) == ['just-enough'] == [made['name']]

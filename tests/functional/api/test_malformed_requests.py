@@ -29,6 +29,8 @@ ARQ_UUID = 'de000000-0000-4000-8000-000000000004'
 INSTANCE = 'de000000-0000-4000-8000-000000000005'
 UNKNOWN = '7a0b1c2d-0000-4000-8000-000000000000'
 IMAGE = '5b7d2b0a-1e4c-4a7e-9d0c-2a8c0b7f3e11'
+OVERRIDE = DEV + '/%s/health_override' % DEVICE
+V25 = {'OpenStack-API-Version': 'accelerator 2.5'}
 GOOD_GROUP = {'resources:FPGA': '1', 'trait:CUSTOM_FAKE_DEVICE': 'required'}
 
 
@@ -275,6 +277,22 @@ CASES = [
     ('device-post', 'POST', DEV, {'type': 'GPU'}, {}, 405, 'POST'),
     ('device-disable-version', 'POST', DEV + '/%s/disable' % DEVICE, None,
      {'OpenStack-API-Version': 'accelerator 2.9'}, 406, '2.9'),
+    ('device-health-bad', 'GET', DEV + '?health=sick', None, V25, 400,
+     "'sick'"),
+    ('device-override-bad', 'PUT', OVERRIDE, {'health_override': 'off'},
+     V25, 400, "'off'"),
+    ('device-override-not-json', 'PUT', OVERRIDE, b'{"health_override"',
+     V25, 400, 'JSON'),
+    ('device-override-as-text', 'PUT', OVERRIDE, b'quarantine',
+     {**V25, 'Content-Type': 'text/plain'}, 415, 'text/plain'),
+    ('device-override-unknown', 'PUT', DEV + '/%s/health_override' % UNKNOWN,
+     {'health_override': 'ignore'}, V25, 404, UNKNOWN),
+    ('device-override-not-uuid', 'DELETE', DEV + '/gpu0/health_override',
+     None, V25, 404, 'gpu0'),
+    ('device-override-post', 'POST', OVERRIDE, {'health_override': 'ignore'},
+     V25, 405, 'POST'),
+    ('device-override-2.4', 'PUT', OVERRIDE, {'health_override': 'ignore'},
+     {'OpenStack-API-Version': 'accelerator 2.4'}, 404, 'health_override'),
     # Deployables and their program patch.
     ('deployable-not-uuid', 'GET', DEP + '/FakeDevice', None, {}, 404,
      'FakeDevice'),

@@ -340,7 +340,8 @@ def test_nova_boots_and_deletes_an_instance_with_accelerators(
         assert arq['attach_handle_type'] == 'TEST_PCI'
         info = arq['attach_handle_info']
         assert set(info) == PCI_FIELDS
-        assert (info['domain'], info['bus']) == ('0000', '0c')
+        assert (info['domain'], info['bus']) == (fake.ADDRESS.domain,
+                                                fake.ADDRESS.bus)
         handle = in_db[arq['attach_handle_uuid']]
         assert handle.in_use and handle.attach_type == 'TEST_PCI'
         assert handle.attach_info == info

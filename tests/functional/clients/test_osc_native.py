@@ -821,7 +821,7 @@ def test_arq_bind_unbind_delete(osc, compute, nova, profile, fpga_rp):
     assert second_rc == 1
     assert 'already has accelerator request %s' % arq_uuid in second_err
     assert arq_rows(db)[others[0]].state == 'Initial'
-    assert ('PATCH', '/accelerator_requests/' + others[0], '', 400) in (
+    assert ('PATCH', '/accelerator_requests/' + others[0], '', 409) in (
         osc.calls(mark))
 
     mark = osc.mark()

@@ -218,7 +218,7 @@ def test_a_yaml_policy_file_with_a_typo_and_a_pinned_default_warns(
         'cyborg_admin: "role:admin"\n'
         '"cyborg:arq:delete": "rule:cyborg_admin"\n'
         '"cyborg:device_profile:craete": "role:admin"\n'
-        '"cyborg:device:get_all": "@"\n')
+        '"cyborg:device_profile:get_all": "@"\n')
     config = _config(tmp_path, sqlite_db_url, placement_url,
                      policy_file=policy_file)
 
@@ -230,7 +230,8 @@ def test_a_yaml_policy_file_with_a_typo_and_a_pinned_default_warns(
     assert 'JSON' not in details
     assert ('sets 1 rule that cyborg does not have '
             '(cyborg:device_profile:craete); it has no effect') in details
-    assert ('sets 1 rule to the deprecated default (cyborg:device:get_all)'
+    assert ('sets 1 rule to the deprecated default '
+            '(cyborg:device_profile:get_all)'
             in details)
     assert 'cyborg_admin' not in details
 

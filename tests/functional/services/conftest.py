@@ -121,11 +121,13 @@ class ServiceProcess:
         self.config_file.write_text(config)
         self.process = None
 
-    def start(self):
+    def start(self, prefix=()):
+        """``prefix``: a command that runs the service (and execs it, so
+        that the process is the service's)."""
         self.log_file.touch()
         with open(self.output_file, 'ab') as output:
             self.process = subprocess.Popen(
-                [console_script(self.name), '--config-file',
+                [*prefix, console_script(self.name), '--config-file',
                  str(self.config_file)],
                 stdout=output, stderr=subprocess.STDOUT)
         return self
@@ -325,6 +327,22 @@ class Deployment:
             assert time.monotonic() < deadline, (
                 'not converged within %s s: DB %s, Placement %s'
                 % (timeout, sorted(rows), sorted(providers)))
+            time.sleep(0.5)
+
+    def wait_until_observed(self, timeout=30):
+        """Wait until the agent's heartbeats have written the health of
+        every device of the host."""
+        devices = models.Device.__table__
+        query = sa.select(sa.func.count()).where(
+            devices.c.hostname == self.host,
+            devices.c.health_updated_at.is_(None))
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.db_engine.connect() as connection:
+                if not connection.execute(query).scalar():
+                    return
+            assert time.monotonic() < deadline, (
+                'no health observed within %s s' % timeout)
             time.sleep(0.5)
 
     def close(self):

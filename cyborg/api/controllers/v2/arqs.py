@@ -11,8 +11,6 @@ alone must not move devices under a running instance. With
 ``auth_strategy = noauth`` every caller is trusted, service included.
 """
 
-import uuid as uuidlib
-
 import pecan
 
 from cyborg import exception
@@ -21,9 +19,11 @@ from cyborg.api import collection
 from cyborg.api import conductor_calls
 from cyborg.api import expose
 from cyborg.api import request_body
+from cyborg.api import uuids
 from cyborg.api import views
 from cyborg.api.controllers import resource
 from cyborg.db.api import arqs as db
+from cyborg.notifications import emit
 
 BIND_PATHS = ('/hostname', '/device_rp_uuid', '/instance_uuid')
 PROJECT_PATH = '/project_id'
@@ -52,11 +52,9 @@ def _view(arq, base_url):
 
 
 def _uuid(value, what):
-    if isinstance(value, str):
-        try:
-            return str(uuidlib.UUID(value))
-        except ValueError:
-            pass
+    checked = uuids.canonical(value)
+    if checked is not None:
+        return checked
     raise exception.Invalid('%s must be a UUID, not %r.' % (what, value),
                             code='cyborg.arq.invalid_uuid')
 
@@ -226,7 +224,8 @@ class AcceleratorRequestsController(resource.ResourceController):
                     'again once they are resolved.' % ', '.join(waiting),
                     code='cyborg.arq.unresolved')
         base = views.base_url(request)
-        return {'arqs': [_view(a, base) for a in arqs]}
+        return collection.listing(request, 'arqs',
+                                  [_view(a, base) for a in arqs], page)
 
     @expose.json()
     def get_one(self, key, **params):
@@ -269,6 +268,8 @@ class AcceleratorRequestsController(resource.ResourceController):
                 'missing or empty.', code='cyborg.device_profile.not_found')
         created = db.create_arqs(request.context, name,
                                  _caller_project(request))
+        emit.arqs_created(request.app_state.notifier, request.context,
+                          created)
         pecan.response.status = 201
         base = views.base_url(request)
         return {'arqs': [_view(a, base) for a in created]}
@@ -305,6 +306,10 @@ class AcceleratorRequestsController(resource.ResourceController):
             db.start_binding(request.context, bindings, scope,
                              conductor=(next(iter(owners))
                                         if len(owners) == 1 else None))
+            # Before the casts: the conductor's bind.end comes after.
+            emit.arqs_bind_started(
+                request.app_state.notifier, request.context,
+                lambda: db.list_arqs(request.context, uuids=list(bindings)))
             for owner, uuids in owners.items():
                 self._cast_bind(request, uuids, owner)
         else:
@@ -319,14 +324,18 @@ class AcceleratorRequestsController(resource.ResourceController):
                 # Bounded: an API worker never waits long on a conductor
                 # that is away. An unbind that goes on after the answer
                 # finishes by itself; asking again is harmless.
-                timeout = request.app_state.conf.api.conductor_timeout
+                bound = request.app_state.conf.api.conductor_timeout
                 conductor_calls.call(
-                    request, 'unbind_arqs', uuids, timeout=timeout,
+                    request, 'unbind_arqs', uuids,
+                    timeout=conductor_calls.time_left(request),
                     unavailable='No conductor released the devices of '
                     'accelerator requests %s within %g seconds; ask again '
-                    'to see them unbound.' % (', '.join(uuids), timeout))
+                    'to see them unbound.' % (', '.join(uuids), bound))
             else:
-                db.unbind(request.context, uuids, scope)
+                notifier = request.app_state.notifier
+                released = db.unbind(request.context, uuids, scope,
+                                     describe=notifier.enabled)
+                emit.arqs_unbound(notifier, request.context, released)
         pecan.response.status = 202
 
     @staticmethod
@@ -337,11 +346,14 @@ class AcceleratorRequestsController(resource.ResourceController):
         except Exception:
             # Nothing will bind them: fail them now rather than let Nova
             # wait for events that recovery would send much later.
-            db.fail_started_binds(request.context, uuids)
-            raise conductor_calls.ConductorUnavailable(
-                'The conductor cannot be reached, so accelerator requests '
-                '%s were not bound; try again later.' % ', '.join(uuids)
-            ) from None
+            failed = db.fail_started_binds(request.context, uuids)
+            reason = ('The conductor cannot be reached, so accelerator '
+                      'requests %s were not bound; try again later.'
+                      % ', '.join(uuids))
+            emit.arqs_bind_failed(
+                request.app_state.notifier, request.context,
+                lambda: db.list_arqs(request.context, uuids=failed), reason)
+            raise conductor_calls.ConductorUnavailable(reason) from None
 
     @expose.json()
     def delete_all(self, **params):
@@ -378,17 +390,21 @@ class AcceleratorRequestsController(resource.ResourceController):
 
     @staticmethod
     def _delete(request, uuids=None, instance_uuid=None):
-        _, deferred = db.delete_arqs(
+        notifier = request.app_state.notifier
+        deleted, deferred = db.delete_arqs(
             request.context, uuids=uuids, instance_uuid=instance_uuid,
             project_id=_project_scope(request),
-            allow_bound=has_service_token(request))
+            allow_bound=has_service_token(request),
+            describe=notifier.enabled)
+        # Those deferred are announced by the conductor that removes them.
+        emit.arqs_deleted(notifier, request.context, deleted)
         if deferred:
             # Left Deleting if the conductor cannot finish now: its
             # recovery pass will.
             try:
                 conductor_calls.call(
                     request, 'finish_deleting_arqs', deferred,
-                    timeout=request.app_state.conf.api.conductor_timeout)
+                    timeout=conductor_calls.time_left(request))
             except (conductor_calls.ConductorUnavailable, exception.Conflict):
                 pass
         pecan.response.status = 204

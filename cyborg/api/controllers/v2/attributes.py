@@ -1,7 +1,5 @@
 """/v2/attributes: key/value facts about deployables."""
 
-import uuid as uuidlib
-
 import pecan
 import wsme
 from wsme import types as wtypes
@@ -10,6 +8,7 @@ from cyborg import exception
 from cyborg.api import collection
 from cyborg.api import expose
 from cyborg.api import request_body
+from cyborg.api import uuids
 from cyborg.api import views
 from cyborg.api.controllers import resource
 from cyborg.db.api import attributes as db
@@ -34,10 +33,9 @@ def deployable_ref(value, where):
     if isinstance(value, str):
         if value.isascii() and value.isdigit() and int(value) > 0:
             return int(value)
-        try:
-            return str(uuidlib.UUID(value))
-        except ValueError:
-            pass
+        checked = uuids.canonical(value)
+        if checked is not None:
+            return checked
     raise exception.Invalid(
         'The %s deployable_id must be the uuid or the id of a deployable, '
         'not %s.' % (where, value if isinstance(value, str)
@@ -73,11 +71,11 @@ def _view(attribute, base_url):
 
 
 def _item_uuid(key):
-    try:
-        return str(uuidlib.UUID(key))
-    except ValueError:
+    checked = uuids.canonical(key)
+    if checked is None:
         raise exception.NotFound('No attribute with uuid %s exists.' % key,
-                                 code='cyborg.attribute.not_found') from None
+                                 code='cyborg.attribute.not_found')
+    return checked
 
 
 class AttributesController(resource.ResourceController):
@@ -97,7 +95,8 @@ class AttributesController(resource.ResourceController):
         rows = db.list_attributes(request.context, deployable=deployable,
                                   key=key, **page)
         base = views.base_url(request)
-        return {'attributes': [_view(a, base) for a in rows]}
+        return collection.listing(request, 'attributes',
+                                  [_view(a, base) for a in rows], page)
 
     @expose.json()
     def get_one(self, key, **params):

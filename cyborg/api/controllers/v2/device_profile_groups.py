@@ -7,20 +7,24 @@ written in lower case and with hyphens; they are stored normalised.
 """
 
 import re
-import uuid
 
 import os_resource_classes
 import os_traits
 
 from cyborg import exception
 from cyborg.api import request_body
+from cyborg.api import uuids
+from cyborg.db.api import arqs as arqs_db
 
 RESOURCES = 'resources:'
 TRAIT = 'trait:'
 ACCEL = 'accel:'
 
 _CUSTOM_NAME = re.compile(r'^CUSTOM_[A-Z0-9_]+$')
-_COUNT = re.compile(r'^[1-9][0-9]{0,8}$')
+_COUNT = re.compile(r'\A[1-9][0-9]*\Z')
+# One accelerator request per unit: a profile asking for more than one
+# request may create could never be used.
+MAX_UNITS = arqs_db.MAX_ARQS_PER_REQUEST
 _NAME_VALUE = re.compile(r'^[A-Za-z0-9_.-]{1,255}$')
 _STANDARD_CLASSES = frozenset(os_resource_classes.STANDARDS)
 _STANDARD_TRAITS = frozenset(os_traits.get_traits())
@@ -29,11 +33,11 @@ _ATTACH_TARGETS = ('VM', 'host', 'none')
 
 
 def _uuid_value(key, value):
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
+    checked = uuids.canonical(value)
+    if checked is None:
         raise _invalid('The value of %s must be a UUID, not %r.'
-                       % (key, value)) from None
+                       % (key, value))
+    return checked
 
 
 def _name_value(key, value):
@@ -80,6 +84,11 @@ def _resource(key, name, value):
     if not isinstance(value, str) or not _COUNT.match(value):
         raise _invalid('The value of %s must be a positive whole number, '
                        'not %s.' % (key, _shown(value)))
+    # Compared as text first: no huge number is ever built.
+    if len(value) > len(str(MAX_UNITS)) or int(value) > MAX_UNITS:
+        raise _invalid('The value of %s may be at most %d, not %s: a '
+                       'request makes at most %d accelerator requests.'
+                       % (key, MAX_UNITS, _shown(value), MAX_UNITS))
     return RESOURCES + rc, value
 
 
@@ -145,4 +154,12 @@ def check_groups(groups):
     if not groups:
         raise _invalid('groups is empty; a device profile needs at least one '
                        'group.')
-    return [_group(i, g) for i, g in enumerate(groups)]
+    checked = [_group(i, g) for i, g in enumerate(groups)]
+    units = sum(int(value) for group in checked
+                for key, value in group.items() if key.startswith(RESOURCES))
+    if units > MAX_UNITS:
+        raise _invalid('The groups ask for %d accelerators in all; a device '
+                       'profile may ask for at most %d, as a request makes '
+                       'at most %d accelerator requests.'
+                       % (units, MAX_UNITS, MAX_UNITS))
+    return checked

@@ -10,6 +10,7 @@ from cyborg import exception
 from cyborg.api import collection
 from cyborg.api import expose
 from cyborg.api import request_body
+from cyborg.api import uuids
 from cyborg.api import views
 from cyborg.api.controllers import resource
 from cyborg.api.controllers.v2 import device_profile_groups
@@ -28,7 +29,7 @@ class NewDeviceProfile(wtypes.Base):
                                          pattern=NAME_PATTERN),
                        mandatory=True)
     description = wtypes.StringType(max_length=1024)
-    uuid = wtypes.UuidType()
+    uuid = uuids.UuidType()
     # groups is checked by device_profile_groups, which knows the key rules.
 
 
@@ -85,14 +86,6 @@ def _names(value, parameter):
     return names
 
 
-def _is_uuid(value):
-    try:
-        uuidlib.UUID(value)
-    except ValueError:
-        return False
-    return True
-
-
 class DeviceProfilesController(resource.ResourceController):
 
     @expose.json()
@@ -105,14 +98,16 @@ class DeviceProfilesController(resource.ResourceController):
         names = _names(name, 'name') if name is not None else None
         rows = db.list_profiles(request.context, names=names, **page)
         base = views.base_url(request)
-        return {'device_profiles': [_view(p, base) for p in rows]}
+        return collection.listing(request, 'device_profiles',
+                                  [_view(p, base) for p in rows], page)
 
     @expose.json()
     def get_one(self, key, **params):
         request = pecan.request
         request.authorize('cyborg:device_profile:get_one')
-        if _is_uuid(key):
-            profile = db.get_profile(request.context, uuid=key)
+        uuid = uuids.canonical(key)
+        if uuid is not None:
+            profile = db.get_profile(request.context, uuid=uuid)
         elif request.version >= (2, 2):
             profile = db.get_profile(request.context, name=key)
         else:
@@ -143,8 +138,9 @@ class DeviceProfilesController(resource.ResourceController):
         if not key:
             raise exception.Invalid('The device profile to delete has an '
                                     'empty name.')
-        if _is_uuid(key):
-            db.delete_profiles(request.context, uuids=[key])
+        uuid = uuids.canonical(key)
+        if uuid is not None:
+            db.delete_profiles(request.context, uuids=[uuid])
         else:
             db.delete_profiles(request.context, names=[key])
         pecan.response.status = 204
