@@ -51,5 +51,5 @@ def observe(manager):
     for driver in manager.drivers:
         for observation in driver.observe(driver.discover()):
             observations[observation.address] = observation
-    manager.last_inventory = manager.discover()
+    manager.discover()
     manager.last_observations = observations

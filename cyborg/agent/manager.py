@@ -169,7 +169,8 @@ class AgentManager:
         self.compute_node = None  # placement_sync.ComputeNode once found
         self.last_report = None
         # The last discovery that every driver finished: the host's
-        # HostInventory, and its devices by driver name for observe().
+        # HostInventory, and its devices by driver name for observe();
+        # the metrics endpoint reads these at each scrape.
         self.last_inventory = None
         self._discovered = {}
         # {PCI address: health.Observation} of the last heartbeat.
@@ -188,12 +189,9 @@ class AgentManager:
         self._loaded = {}
         self._loaded_lock = threading.Lock()
         self.request_report = request_report or self._report_on_a_thread
-        # What the metrics endpoint reads at each scrape: the last
-        # discovery, the last observation of each device (by address)
-        # and the instances bound to each device as the conductor's last
-        # answer named them ({address: [{instance_uuid, project_id}]}).
-        self.last_inventory = None
-        self.last_observations = {}
+        # The instances bound to each device as the conductor's last
+        # answer named them ({address: [{instance_uuid, project_id}]}),
+        # for the metrics endpoint's labels.
         self.bindings = {}
 
     # -- RPC endpoint -------------------------------------------------
@@ -462,7 +460,6 @@ class AgentManager:
         except DiscoveryFailed as exc:
             LOG.error('%s; not reporting this time', exc)
             return None
-        self.last_inventory = snapshot
         names = self.find_compute_node()
         # A call while RabbitMQ is down would block in oslo.messaging's
         # reconnect loop; a connect first lets the agent say so and skip.

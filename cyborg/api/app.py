@@ -11,6 +11,7 @@ from cyborg.api import hooks
 from cyborg.api.controllers import root
 from cyborg.api.middleware import access_log
 from cyborg.api.middleware import auth
+from cyborg.api.middleware import input_guard
 from cyborg.db import session
 
 
@@ -33,6 +34,8 @@ def build_app(conf, db=None, transport=None, notifier=None):
         force_canonical=False,
         guess_content_type_from_ext=False,
     )
+    # Inside authentication: an anonymous caller learns nothing here.
+    app = input_guard.InputGuard(app)
     if conf.auth_strategy == 'keystone':
         app = auth.KeystoneAuth(app, conf)
     else:

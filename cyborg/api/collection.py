@@ -10,6 +10,16 @@ from cyborg.api import views
 SORT_DIRS = ('asc', 'desc')
 
 
+def single(params, name):
+    """Query parameter ``name``, or None when absent; 400 when given more
+    than once (pecan then hands over a list)."""
+    value = params.get(name)
+    if isinstance(value, list):
+        raise exception.Invalid('Give %s= at most once.' % name,
+                                code='cyborg.repeated_parameter')
+    return value
+
+
 def page_params(request, params, sort_keys):
     """``limit``, ``marker``, ``sort_key`` and ``sort_dir`` of a list call.
 
@@ -17,7 +27,7 @@ def page_params(request, params, sort_keys):
     ones are ignored, as clients send some that only they understand.
     """
     max_limit = request.app_state.conf.api.max_limit
-    limit = params.get('limit')
+    limit = single(params, 'limit')
     if limit is None:
         limit = max_limit
     else:
@@ -30,7 +40,7 @@ def page_params(request, params, sort_keys):
                 'limit must be a positive whole number, not %r.'
                 % params['limit'], code='cyborg.invalid_limit')
         limit = min(limit, max_limit)
-    marker = params.get('marker')
+    marker = single(params, 'marker')
     if marker is not None:
         checked = uuids.canonical(marker)
         if checked is None:
@@ -38,13 +48,17 @@ def page_params(request, params, sort_keys):
                 'marker must be the uuid of an item, not %r.' % marker,
                 code='cyborg.invalid_marker')
         marker = checked
-    sort_key = params.get('sort_key', 'id')
+    sort_key = single(params, 'sort_key')
+    if sort_key is None:
+        sort_key = 'id'
     if sort_key != 'id' and sort_key not in sort_keys:
         raise exception.Invalid(
             'sort_key must be one of %s, not %r.'
             % (', '.join(sorted(sort_keys)), sort_key),
             code='cyborg.invalid_sort_key')
-    sort_dir = params.get('sort_dir', 'asc')
+    sort_dir = single(params, 'sort_dir')
+    if sort_dir is None:
+        sort_dir = 'asc'
     if sort_dir not in SORT_DIRS:
         raise exception.Invalid(
             'sort_dir must be asc or desc, not %r.' % sort_dir,

@@ -77,7 +77,7 @@ class AppState:
         return self._conductor
 
 
-def _is_versioned(path):
+def is_versioned(path):
     return path == '/v2' or path.startswith('/v2/')
 
 
@@ -91,7 +91,7 @@ class RequestHook(hooks.PecanHook):
         request = state.request
         request.app_state = self.app_state
         request.version = None
-        if _is_versioned(request.path_info):
+        if is_versioned(request.path_info):
             # Set first so that a 406 for a bad header still carries the
             # version headers.
             request.version = microversion.MIN_VERSION
@@ -166,7 +166,7 @@ def _webob_message(e, request):
 
 def _add_version_headers(request, response):
     version = getattr(request, 'version', None)
-    if version is None and not _is_versioned(request.path_info):
+    if version is None and not is_versioned(request.path_info):
         return
     for name, value in microversion.response_headers(
             version or microversion.MIN_VERSION):

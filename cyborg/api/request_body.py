@@ -33,11 +33,38 @@ def parse_early(request):
 
 def _parse(body):
     try:
-        return json.loads(body)
+        document = json.loads(body)
     except ValueError as e:
         raise exception.Invalid(
             'The request body is not valid JSON: %s.' % e,
             code='cyborg.body_not_json') from None
+    except RecursionError:
+        raise exception.Invalid(
+            'The request body nests deeper than any request of the API.',
+            code='cyborg.body_not_json') from None
+    if _has_nul(document):
+        # PostgreSQL refuses NUL in text, and no field means it.
+        raise exception.Invalid(
+            'The request body holds a NUL character (\\u0000), which no '
+            'field accepts.', code='cyborg.invalid_characters')
+    return document
+
+
+def _has_nul(document):
+    # Without recursion: the document may nest as deep as the parser
+    # allows.
+    pending = [document]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str):
+            if '\x00' in value:
+                return True
+        elif isinstance(value, dict):
+            pending.extend(value)
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return False
 
 
 def load_json(request):

@@ -36,8 +36,11 @@ class Database:
     @contextlib.contextmanager
     def writer(self, context):
         with self._facade.writer.using(context) as session:
-            if self._sqlite:
+            # A writer nested in another shares its connection, which
+            # began as a writer's already.
+            if self._sqlite and not session.info.get(_WRITER):
                 session.connection(execution_options={_WRITER: True})
+                session.info[_WRITER] = True
             yield session
 
     def read_connection(self, context):

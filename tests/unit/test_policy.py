@@ -224,7 +224,7 @@ def test_legacy_inventory_reads_are_for_admins(make_enforcer, rule):
             if is_allowed(legacy, caller(name), rule)} == CONTRACT[rule]
     assert {name for name in CALLERS
             if is_allowed(new, caller(name), rule)} == CONTRACT[rule]
-    assert defaults.deprecated_rule.check_str == 'is_admin:True or role:admin'
+    assert defaults.deprecated_rule.check_str == 'role:admin'
     assert defaults.check_str == (
         '(role:manager and project_id:%(project_id)s) or role:admin')
 

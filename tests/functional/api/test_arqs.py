@@ -274,6 +274,9 @@ def test_only_the_projects_own_earlier_binds_count(api, db, profile,
     # p1's ARQs of the instance neither stop p2's bind nor are named.
     mine = api.patch_json(ARQS, bind_body(first, fpga_rp, instance),
                           headers=OTHER_MEMBER)
+    # Both projects' binds settled: what follows compares the rows.
+    wait_resolved(api, instance)
+    wait_resolved(api, instance, headers=OTHER_MEMBER)
     before = stored_arqs(db)
     again = api.patch_json(ARQS, bind_body(second, fpga_rp, instance),
                            headers=OTHER_MEMBER, expect_errors=True)

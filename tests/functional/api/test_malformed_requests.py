@@ -490,6 +490,26 @@ CASES = [
      UNKNOWN),
     ('arq-delete-item-not-uuid', 'DELETE', ARQ + '/arq1', None, {}, 404,
      'arq1'),
+    # What no name, uuid or filter can hold: NUL (PostgreSQL refuses it
+    # in text) and bytes that are not UTF-8.
+    ('nul-in-path', 'GET', DP + '/a%00b', None, {}, 400, 'NUL'),
+    ('nul-in-path-delete', 'DELETE', DP + '/a%00b', None, {}, 400, 'NUL'),
+    ('nul-in-filter', 'GET', DEV + '?type=a%00b', None, {}, 400, 'NUL'),
+    ('nul-in-filter-name', 'GET', DEP + '?na%00me=x', None, {}, 400, 'NUL'),
+    ('nul-in-body-value', 'POST', DP,
+     [profile(description='a\x00b')], {}, 400, 'NUL'),
+    ('nul-in-body-key', 'POST', ARQ,
+     {'device_profile_name': 'existing', 'x\x00': 1}, {}, 400, 'NUL'),
+    ('nul-in-arq-profile-name', 'POST', ARQ,
+     {'device_profile_name': 'a\x00b'}, {}, 400, 'NUL'),
+    ('path-not-utf8', 'GET', DP + '/%FF', None, {}, 400, 'UTF-8'),
+    ('query-not-utf8', 'GET', DEV + '?vendor=%FF', None, {}, 400, 'UTF-8'),
+    ('body-nested-too-deep', 'POST', DP, b'[' * 100000, {}, 400,
+     'nests deeper'),
+    ('filter-given-twice', 'GET', DEV + '?type=GPU&type=FPGA', None, {},
+     400, 'at most once'),
+    ('limit-given-twice', 'GET', DP + '?limit=1&limit=2', None, {}, 400,
+     'at most once'),
 ]
 
 

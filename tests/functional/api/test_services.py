@@ -70,13 +70,20 @@ def test_filters(api, fleet, query, hosts):
     assert [s['host'] for s in services] == hosts
 
 
-@pytest.mark.parametrize('query', [
-    'binary=cyborg-api', 'binary=', 'host=', 'host=' + 'h' * 256,
-    'host=a%00b', 'host=a%0Ab', 'host=a&host=b', 'binary=cyborg-agent'
-    '&binary=cyborg-conductor'])
-def test_malformed_filters_are_400(api, fleet, query):
+@pytest.mark.parametrize('query, code', [
+    ('binary=cyborg-api', 'cyborg.service.invalid_filter'),
+    ('binary=', 'cyborg.service.invalid_filter'),
+    ('host=', 'cyborg.service.invalid_filter'),
+    ('host=' + 'h' * 256, 'cyborg.service.invalid_filter'),
+    # Refused before any resource reads it, as on every path.
+    ('host=a%00b', 'cyborg.invalid_characters'),
+    ('host=a%0Ab', 'cyborg.service.invalid_filter'),
+    ('host=a&host=b', 'cyborg.service.invalid_filter'),
+    ('binary=cyborg-agent&binary=cyborg-conductor',
+     'cyborg.service.invalid_filter')])
+def test_malformed_filters_are_400(api, fleet, query, code):
     response = api.get(SERVICES + '?' + query, headers=ADMIN, status=400)
-    assert response.json['code'] == 'cyborg.service.invalid_filter'
+    assert response.json['code'] == code
     assert response.json['error_message'].endswith('.')
 
 

@@ -359,7 +359,8 @@ class AcceleratorRequestsController(resource.ResourceController):
     def delete_all(self, **params):
         request = pecan.request
         request.authorize('cyborg:arq:delete')
-        arqs, instance = params.get('arqs'), params.get('instance')
+        arqs = collection.single(params, 'arqs')
+        instance = params.get('instance')
         if (arqs is None) == (instance is None):
             raise exception.Invalid(
                 'Name the accelerator requests to delete with either arqs='

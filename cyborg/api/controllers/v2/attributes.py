@@ -14,6 +14,9 @@ from cyborg.api.controllers import resource
 from cyborg.db.api import attributes as db
 
 _MISSING = object()
+# The largest row id of any engine: a larger number names no row (and
+# SQLite cannot even compare one with its ids).
+MAX_ROW_ID = 2 ** 63 - 1
 
 
 class NewAttribute(wtypes.Base):
@@ -28,11 +31,16 @@ def deployable_ref(value, where):
 
     python-cyborgclient sends the row id as a string, e.g. ``"1"``.
     """
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    if isinstance(value, str):
-        if value.isascii() and value.isdigit() and int(value) > 0:
-            return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if 0 < value <= MAX_ROW_ID:
+            return value
+    elif isinstance(value, str):
+        digits = value.lstrip('0')
+        # Compared as text first: no huge number is ever built.
+        if (value.isascii() and value.isdigit() and digits
+                and len(digits) <= len(str(MAX_ROW_ID))
+                and int(digits) <= MAX_ROW_ID):
+            return int(digits)
         checked = uuids.canonical(value)
         if checked is not None:
             return checked
@@ -88,7 +96,7 @@ class AttributesController(resource.ResourceController):
         deployable = params.get('deployable_id')
         if deployable is not None:
             deployable = deployable_ref(deployable, 'filter')
-        key = params.get('key')
+        key = collection.single(params, 'key')
         if key is not None and not key:
             raise exception.Invalid('The key filter needs a key.',
                                     code='cyborg.invalid_filter')

@@ -130,7 +130,7 @@ class DeployablesController(resource.ResourceController):
         page = collection.page_params(request, params,
                                       {'name', 'created_at'})
         rows, attributes, usage = db.list_deployables(
-            request.context, name=params.get('name'),
+            request.context, name=collection.single(params, 'name'),
             device_uuid=_uuid_param(params, 'device_id'),
             rp_uuid=_uuid_param(params, 'rp_uuid'),
             usage=request.version >= device_health.FROM_VERSION, **page)

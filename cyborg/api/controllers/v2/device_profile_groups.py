@@ -20,12 +20,13 @@ RESOURCES = 'resources:'
 TRAIT = 'trait:'
 ACCEL = 'accel:'
 
-_CUSTOM_NAME = re.compile(r'^CUSTOM_[A-Z0-9_]+$')
+# \Z, not $: '$' also matches before a trailing newline.
+_CUSTOM_NAME = re.compile(r'^CUSTOM_[A-Z0-9_]+\Z')
 _COUNT = re.compile(r'\A[1-9][0-9]*\Z')
 # One accelerator request per unit: a profile asking for more than one
 # request may create could never be used.
 MAX_UNITS = arqs_db.MAX_ARQS_PER_REQUEST
-_NAME_VALUE = re.compile(r'^[A-Za-z0-9_.-]{1,255}$')
+_NAME_VALUE = re.compile(r'^[A-Za-z0-9_.-]{1,255}\Z')
 _STANDARD_CLASSES = frozenset(os_resource_classes.STANDARDS)
 _STANDARD_TRAITS = frozenset(os_traits.get_traits())
 _TRAIT_VALUES = ('required', 'forbidden')

@@ -18,7 +18,8 @@ from cyborg.db.api import device_profiles as db
 
 # More than this many profiles in one request is surely a mistake.
 MAX_PROFILES_PER_REQUEST = 100
-NAME_PATTERN = '^[A-Za-z0-9_-]+$'
+# \Z: '$' would let a name ending in a newline through.
+NAME_PATTERN = r'^[A-Za-z0-9_-]+\Z'
 _MISSING = object()
 
 
@@ -94,7 +95,7 @@ class DeviceProfilesController(resource.ResourceController):
         request.authorize('cyborg:device_profile:get_all')
         page = collection.page_params(request, params,
                                       {'name', 'created_at'})
-        name = params.get('name')
+        name = collection.single(params, 'name')
         names = _names(name, 'name') if name is not None else None
         rows = db.list_profiles(request.context, names=names, **page)
         base = views.base_url(request)
@@ -150,5 +151,6 @@ class DeviceProfilesController(resource.ResourceController):
         request = pecan.request
         request.authorize('cyborg:device_profile:delete')
         db.delete_profiles(request.context,
-                           names=_names(params.get('value'), 'value'))
+                           names=_names(collection.single(params, 'value'),
+                                        'value'))
         pecan.response.status = 204

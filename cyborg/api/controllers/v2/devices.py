@@ -144,7 +144,8 @@ class DevicesController(resource.ResourceController):
         request.authorize('cyborg:device:get_all')
         page = collection.page_params(
             request, params, {'type', 'vendor', 'hostname', 'created_at'})
-        filters = {name: params[name] for name in FILTERS if name in params}
+        filters = {name: collection.single(params, name)
+                   for name in FILTERS if name in params}
         with_health = request.version >= device_health.FROM_VERSION
         if with_health:
             filters['health'] = _health_filter(params)
