@@ -131,6 +131,9 @@ class Rig:
 
 
 FREE, RESERVED = {'PGPU': (0, 1)}, {'PGPU': (1, 1)}
+# An admin reading devices at the microversion that shows health.
+API_ADMIN = {'X-Roles': 'admin,reader', 'X-Project-Id': 'admin-project',
+             'OpenStack-API-Version': 'accelerator 2.5'}
 
 
 @pytest.fixture
@@ -174,7 +177,7 @@ def retrain_narrower(rig):
                                    'x8, below its maximum x16'),
 ], ids=['fatal-aer', 'driver-unbound', 'gone', 'link-narrower'])
 def test_a_fault_reaches_the_database_and_placement(
-        rig, tmp_path, fault, state, reason):
+        rig, api, tmp_path, fault, state, reason):
     rig.heartbeat()  # the baseline of the AER counters
     before = rig.device()
     assert (before.health, before.health_reason) == ('healthy',
@@ -188,6 +191,8 @@ def test_a_fault_reaches_the_database_and_placement(
     assert seen['health'] == {H100: {'state': state, 'reason': reason}}
     row = rig.device()
     assert (row.health, row.health_reason) == (state, reason)
+    shown = api.get('/v2/devices/%s' % row.uuid, headers=API_ADMIN).json
+    assert (shown['health'], shown['health_reason']) == (state, reason)
     assert row.health_updated_at >= before.health_updated_at
     unhealthy = state == 'unhealthy'
     assert row.quarantined is unhealthy
