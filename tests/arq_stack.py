@@ -123,12 +123,14 @@ def binder(conf, agent=None, **kwargs):
 
 
 @contextlib.contextmanager
-def serving_conductor(transport, db, binder=None, placement_client=None):
+def serving_conductor(transport, db, binder=None, placement_client=None,
+                      layout='per_device'):
     """The conductor's RPC endpoints on ``transport``: binds with
     ``binder`` (none: no binds), syncs ``placement_client`` (none: no
-    Placement). Yields the ``ConductorManager``."""
-    endpoint = manager.ConductorManager(host_sync.HostSync(placement_client),
-                                        binder)
+    Placement) in the provider ``layout``. Yields the
+    ``ConductorManager``."""
+    endpoint = manager.ConductorManager(
+        host_sync.HostSync(placement_client, layout=layout), binder)
     with conductor_rpc.serving(transport, db, [endpoint]):
         yield endpoint
 

@@ -36,8 +36,11 @@ import pytest
 
 from cyborg.clients import placement as placement_client
 
-# noauth2 turns the token into the user (and project); 'admin' is admin.
-ADMIN_HEADERS = {'X-Auth-Token': 'admin'}
+# noauth2 turns the token into the user (and project) and takes the roles
+# from X-Roles: those of a service user such as the conductor's, with the
+# roles Keystone would imply (the reshaper wants the service role).
+ADMIN_HEADERS = {'X-Auth-Token': 'admin',
+                 'X-Roles': 'admin,member,reader,service'}
 
 _active_lock = threading.Lock()
 _active = []

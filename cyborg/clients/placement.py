@@ -282,6 +282,27 @@ class PlacementClient:
         """``{resource class: amount allocated}``."""
         return self._get('/resource_providers/%s/usages' % uuid)['usages']
 
+    # -- allocations -----------------------------------------------------
+
+    def get_provider_allocations(self, uuid):
+        """``{consumer uuid: {resource class: amount}}`` on the provider."""
+        found = self._get('/resource_providers/%s/allocations' % uuid)
+        return {consumer: dict(allocation['resources'])
+                for consumer, allocation in found['allocations'].items()}
+
+    def get_allocations(self, consumer_uuid):
+        """A consumer's allocations as Placement shows them: providers'
+        resources, ``consumer_generation``, ``project_id``, ``user_id``
+        and ``consumer_type``."""
+        return self._get('/allocations/%s' % consumer_uuid)
+
+    def reshape(self, inventories, allocations):
+        """Replace inventories and the allocations of whole consumers in
+        one transaction (``POST /reshaper``)."""
+        self._request('POST', '/reshaper',
+                      {'inventories': inventories,
+                       'allocations': allocations}, expected=(204,))
+
     # -- global names ----------------------------------------------------
 
     def ensure_resource_class(self, name):

@@ -44,8 +44,11 @@ LOG = log.getLogger(__name__)
 DEFAULT_STATE_DIR = os.path.join(
     os.environ.get('XDG_STATE_HOME', os.path.expanduser('~/.local/state')),
     'cyborg')
-# Placement's noauth2 makes the token the user; 'admin' is an admin.
-PLACEMENT_HEADERS = {'X-Auth-Token': 'admin'}
+# Placement's noauth2 makes the token the user and takes the roles from
+# X-Roles: the conductor acts as a service user (the reshaper wants the
+# service role), as Keystone's role implications would list them.
+PLACEMENT_HEADERS = {'X-Auth-Token': 'admin',
+                     'X-Roles': 'admin,member,reader,service'}
 # How long to wait for the agent's first report before printing anyway.
 FIRST_REPORT_TIMEOUT = 60
 

@@ -50,6 +50,7 @@ from cyborg.conductor import bitstreams
 from cyborg.conductor import membership as membership_module
 from cyborg.db import models
 from cyborg.db.api import arqs as db
+from cyborg.db.api import device_health
 from cyborg.metrics import conductor as conductor_metrics
 from cyborg.notifications import emit
 from cyborg.notifications import notifier as notifier_module
@@ -104,6 +105,14 @@ class _InFlight:
 
 
 _IN_FLIGHT = _InFlight()
+
+
+def _usable_member(deployable):
+    """Whether a new bind may take a handle of this pool member."""
+    return (deployable['device_status'] == 'enabled'
+            and deployable['missing_since'] is None
+            and not device_health.quarantine_in_effect(
+                deployable['quarantined'], deployable['health_override']))
 
 
 def _same_host(a, b):
@@ -288,16 +297,18 @@ class Binder:
                 states.BOUND if ok else states.BIND_FAILED, won)
 
     def _prepare(self, context, item):
-        deployable = db.deployable_for_binding(context,
-                                               item['device_rp_uuid'])
-        if deployable is None:
+        members = db.deployables_for_binding(context, item['device_rp_uuid'])
+        if not members:
             raise BindRefused('No deployable of this service has resource '
                               'provider %s.' % item['device_rp_uuid'])
-        if not _same_host(deployable['hostname'], item['hostname']):
+        if not _same_host(members[0]['hostname'], item['hostname']):
             raise BindRefused(
                 'Resource provider %s is on host %s, not on %s.'
-                % (item['device_rp_uuid'], deployable['hostname'],
+                % (item['device_rp_uuid'], members[0]['hostname'],
                    item['hostname']))
+        if len(members) > 1:
+            return self._prepare_pooled(context, item, members)
+        deployable = members[0]
         if deployable['device_status'] != 'enabled':
             raise BindRefused('The device of deployable %s is disabled.'
                               % deployable['name'])
@@ -313,7 +324,7 @@ class Binder:
             holder = self._wait_for_reservation(context, deployable, item)
         try:
             handle = db.allocate_attach_handle(context, item['id'],
-                                               deployable['id'])
+                                               [deployable['id']])
             if handle is None:
                 raise BindRefused('Every attach handle of deployable %s on '
                                   '%s is in use.' % (deployable['name'],
@@ -340,6 +351,47 @@ class Binder:
         finally:
             if holder is not None:
                 db.release_deployable(context, deployable['id'], holder)
+        return handle, deployable
+
+    def _prepare_pooled(self, context, item, members):
+        """Bind to a free handle of any usable member of a pooled provider.
+
+        Placement counts the pool as a whole and reserves one unit per
+        disabled, quarantined or missing member, so a bind takes a handle
+        of the others only. Pools never hold FPGAs (``inventory.pool_key``):
+        a bitstream request cannot be served by one.
+        """
+        if bitstreams.requested(item['group']) is not None:
+            raise BindRefused(
+                'Device profile %s asks for a bitstream, which the pooled '
+                'resource provider %s cannot program.'
+                % (item['profile_name'], item['device_rp_uuid']))
+        usable = {m['id']: m for m in members if _usable_member(m)}
+        if not usable:
+            raise BindRefused(
+                'Every member of pooled resource provider %s on %s is '
+                'disabled, quarantined or missing.'
+                % (item['device_rp_uuid'], item['hostname']))
+        handle = db.allocate_attach_handle(context, item['id'], list(usable))
+        if handle is None:
+            raise BindRefused('Every attach handle of pooled resource '
+                              'provider %s on %s is in use.'
+                              % (item['device_rp_uuid'], item['hostname']))
+        # A resumed bind keeps the handle it took, even of a member that
+        # has been disabled since.
+        deployable = usable.get(handle['deployable_id']) or next(
+            m for m in members if m['id'] == handle['deployable_id'])
+        if handle['attach_type'] in db.PREPARED_ON_HOST:
+            try:
+                self.agent.prepare_attach_handle(
+                    context, deployable['hostname'],
+                    deployable['driver_name'], _handle_payload(handle),
+                    item['uuid'])
+            except Exception:
+                self._release_quietly(context, deployable['hostname'],
+                                      deployable['driver_name'], handle,
+                                      item['uuid'])
+                raise
         return handle, deployable
 
     # -- FPGA reservations and programming -------------------------------

@@ -44,6 +44,7 @@ from cyborg.clients import placement
 from cyborg.conductor import inventory as inventory_sync
 from cyborg.conductor import membership as membership_module
 from cyborg.conductor import placement_sync
+from cyborg.conductor import reshape
 from cyborg.db.api import devices as devices_db
 from cyborg.db.api import host_sync_states as states_db
 from cyborg.db.api import inventory as inventory_db
@@ -83,8 +84,11 @@ class _HostState:
 
 
 class HostSync:
-    def __init__(self, client):
+    def __init__(self, client, layout=placement_sync.PER_DEVICE):
         self.client = client
+        # ``[placement] provider_layout``: a change moves each host's
+        # allocations at its next sync (``reshape``).
+        self.layout = layout
         self._hosts = {}
         self._hosts_lock = threading.Lock()
 
@@ -201,6 +205,11 @@ class HostSync:
                 LOG.info('Host %s: Placement now holds the changes that '
                          'were pending (generation %d)', hostname,
                          state.desired_generation if state else 1)
+            elif outcome.get('relaid_out'):
+                LOG.info('Host %s: providers laid out %s now: created %s, '
+                         'deleted %s, allocations moved off %s', hostname,
+                         self.layout, outcome['created'],
+                         outcome['deleted'], outcome['reshaped'])
             elif not behind:
                 _log_repairs(hostname, outcome)
         return outcomes
@@ -235,10 +244,13 @@ class HostSync:
             context, hostname, missing_ids=host.missing_ids)
         desired = placement_sync.desired_providers(
             hostname, deployables,
-            disabled=[d.name for d in deployables if d.reserved_fully])
+            disabled=[d.name for d in deployables if d.reserved_fully],
+            layout=self.layout)
+        moves = reshape.plan_moves(desired, deployables)
         try:
-            result = self._sync_tree(hostname, host, desired,
-                                     state.compute_node_uuid)
+            result = self._sync_tree(
+                hostname, host, desired, state.compute_node_uuid, moves,
+                _holders(context, hostname) if moves else None)
         except placement_sync.ComputeNodeNotFound as exc:
             LOG.warning('Host %s: %s', hostname, exc)
             self._record_error(context, hostname, exc)
@@ -254,7 +266,7 @@ class HostSync:
             self._record_error(context, hostname, exc)
             return {'status': 'failed', 'error': str(exc)}
 
-        self._record_provider_uuids(context, hostname, deployables, result)
+        self._record_provider_uuids(context, deployables, desired, result)
         complete = not (result.failed or result.kept)
         with context.db.writer(context) as session:
             connection = session.connection()
@@ -274,6 +286,9 @@ class HostSync:
                 'compute_node': host.compute_node.matched_name,
                 'created': result.created, 'updated': result.updated,
                 'deleted': result.deleted, 'kept': result.kept,
+                'reshaped': result.reshaped,
+                # Deployables changed provider: the layout did, not drift.
+                'relaid_out': bool(moves),
                 'failed': result.failed, 'reads': result.reads,
                 'writes': result.writes}
 
@@ -281,7 +296,8 @@ class HostSync:
         with context.db.writer(context) as session:
             states_db.record_error(session.connection(), hostname, error)
 
-    def _sync_tree(self, hostname, host, desired, known_uuid=None):
+    def _sync_tree(self, hostname, host, desired, known_uuid=None,
+                   moves=None, holders=None):
         for attempt in range(2):
             if host.compute_node is None and known_uuid and not attempt:
                 # Found earlier, maybe by another conductor: one GET.
@@ -299,7 +315,8 @@ class HostSync:
                          ', '.join(host.compute_node.names_tried))
             try:
                 return placement_sync.sync_provider_tree(
-                    self.client, host.compute_node, desired, host.cache)
+                    self.client, host.compute_node, desired, host.cache,
+                    moves=moves, holders=holders)
             except placement_sync.ComputeNodeGone:
                 # Nova recreated the compute node (new UUID): look again.
                 host.compute_node = None
@@ -309,18 +326,36 @@ class HostSync:
                         host.compute_node_names) from None
         raise AssertionError('unreachable')
 
-    def _record_provider_uuids(self, context, hostname, deployables,
-                               result):
+    def _record_provider_uuids(self, context, deployables, desired, result):
+        """Record each deployable's provider, and point the ARQs bound to
+        it there too (after a reshape, Placement holds their allocations
+        on that provider)."""
+        provider_of = {member: provider.uuid for provider in desired
+                       if provider.name not in result.failed
+                       for member in provider.members}
         changed = {}
         for deployable in deployables:
-            name = placement_sync.provider_name(hostname, deployable.name)
-            uuid = placement_sync.provider_uuid(name)
-            if name not in result.failed and deployable.rp_uuid != uuid:
+            uuid = provider_of.get(deployable.name)
+            if uuid is not None and deployable.rp_uuid != uuid:
                 changed[deployable.id] = uuid
         if changed:
             with context.db.writer(context) as session:
                 inventory_db.record_provider_uuids(session.connection(),
                                                    changed)
+
+
+def _holders(context, hostname):
+    """A callable: a consumer's ``{deployable name: handles held}`` on
+    the host, read once, when the reshape first asks."""
+    found = None
+
+    def holders(consumer):
+        nonlocal found
+        if found is None:
+            with context.db.read_connection(context) as connection:
+                found = inventory_db.handle_holders(connection, hostname)
+        return found.get(consumer, {})
+    return holders
 
 
 def _log_repairs(hostname, outcome):

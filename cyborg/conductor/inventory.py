@@ -44,6 +44,40 @@ COUNTS = ('devices_added', 'devices_updated', 'devices_removed',
           'attach_handles_added', 'attach_handles_removed')
 
 
+# A card whose function changes when it is programmed is not
+# interchangeable with its twins: each keeps a provider of its own.
+_NEVER_POOLED = frozenset({'FPGA'})
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolKey:
+    """What makes deployables of one host interchangeable for Nova.
+
+    Deployables with equal keys may share one pooled resource provider:
+    same resource class and NUMA node, and the same device type, vendor,
+    model, driver, traits and attributes (their configuration).
+    """
+
+    resource_class: str
+    numa_node: str | None
+    identity: tuple
+
+
+def pool_key(device_type, vendor, model, std_board_info, deployable_parent,
+             driver_name, resource_class, traits, attributes):
+    """The ``PoolKey`` of a deployable, or None if it is never pooled
+    (an FPGA, or a deployable nested in another one)."""
+    if device_type in _NEVER_POOLED or deployable_parent is not None:
+        return None
+    numa_node = (std_board_info or {}).get('numa_node')
+    return PoolKey(
+        resource_class=resource_class,
+        numa_node=None if numa_node is None else str(numa_node),
+        identity=(device_type, vendor, model, driver_name,
+                  tuple(_traits_value(traits)),
+                  tuple(sorted(_attribute_values(attributes).items()))))
+
+
 @dataclasses.dataclass(frozen=True)
 class ProviderDeployable:
     """A deployable as Placement needs it (``desired_providers`` input)."""
@@ -62,6 +96,8 @@ class ProviderDeployable:
     # Its device is quarantined (device_health.effective_quarantine):
     # existing allocations stay, nothing new is scheduled on it.
     quarantined: bool = False
+    # Which deployables it may share a pooled provider with; None: never.
+    pool: PoolKey | None = None
 
     @property
     def num_accelerators(self):
@@ -579,7 +615,12 @@ class _Plan:
                     traits=tuple(_traits_value(deployable.traits)),
                     disabled=disabled, missing=False,
                     rp_uuid=getattr(ref, 'rp_uuid', None),
-                    quarantined=quarantined))
+                    quarantined=quarantined,
+                    pool=pool_key(
+                        device.type, device.vendor, device.model,
+                        device.std_board_info, deployable.parent,
+                        deployable.driver_name, deployable.resource_class,
+                        deployable.traits, deployable.attributes)))
         for deployable, row in self.kept_deployables:
             listing.append(_stored_listing(deployable, row, missing=True))
         for row in self.kept_devices:
@@ -598,6 +639,8 @@ def _reported_root(deployable, reported):
 
 
 def _stored_listing(deployable, device, missing):
+    board = (json.loads(device.std_board_info) if device.std_board_info
+             else None)
     return ProviderDeployable(
         id=deployable.id, uuid=deployable.uuid, name=deployable.name,
         resource_class=deployable.resource_class,
@@ -605,7 +648,12 @@ def _stored_listing(deployable, device, missing):
         traits=tuple(deployable.trait_list()),
         disabled=device.status == MAINTAINING, missing=missing,
         rp_uuid=deployable.rp_uuid,
-        quarantined=device_health.effective_quarantine(device))
+        quarantined=device_health.effective_quarantine(device),
+        pool=pool_key(
+            device.type, device.vendor, device.model, board,
+            deployable.parent_id, deployable.driver_name,
+            deployable.resource_class, deployable.trait_list(),
+            {key: row.value for key, row in deployable.attributes.items()}))
 
 
 def _unique_sorted(listing):

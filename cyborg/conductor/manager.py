@@ -312,7 +312,8 @@ class ConductorService(service.Service):
                     else _glance(conf)),
             membership=self.membership, metrics=self.metrics,
             notifier=notifier)
-        sync = host_sync.HostSync(placement)
+        sync = host_sync.HostSync(placement,
+                                  layout=conf.placement.provider_layout)
         health = health_module.DeviceHealth(
             sync, self.membership, conf.conductor.quarantine_hold_down,
             conf.service_down_time, notifier=notifier)

@@ -1,7 +1,11 @@
-"""Placement sync: one resource provider per deployable.
+"""Placement sync: the resource providers of a host's deployables.
 
 Each deployable of a host becomes a child resource provider (RP) of the
-host's compute-node RP, which Nova owns. ``desired_providers`` says what
+host's compute-node RP, which Nova owns; in the ``pooled`` layout,
+identical deployables of a host (``inventory.PoolKey``) share one RP
+whose total is theirs together, so that one request group can ask for
+several of them and Placement offers one candidate per host instead of
+every permutation of the devices. ``desired_providers`` says what
 Placement should hold; ``sync_provider_tree`` makes Placement hold it,
 writing only what differs, so that an unchanged host costs no writes.
 
@@ -19,12 +23,14 @@ state. With a cache kept across syncs an unchanged host costs one read.
 """
 
 import dataclasses
+import hashlib
 import socket
 import uuid as uuid_lib
 
 import os_traits
 
 from cyborg.clients import placement
+from cyborg.conductor import reshape
 
 OWNER_TRAIT = os_traits.OWNER_CYBORG
 CUSTOM_PREFIX = 'CUSTOM_'
@@ -85,12 +91,20 @@ def _unique(names):
     return list(dict.fromkeys(n for n in names if n))
 
 
+PER_DEVICE = 'per_device'
+POOLED = 'pooled'
+LAYOUTS = (PER_DEVICE, POOLED)
+NUMA_TRAIT = CUSTOM_PREFIX + 'NUMA_NODE_%s'
+
+
 @dataclasses.dataclass(frozen=True)
 class DesiredProvider:
     name: str
     uuid: str
     inventories: dict  # {resource class: the six inventory fields}
     traits: frozenset
+    # The deployables whose inventory it offers, by name.
+    members: tuple = ()
 
 
 def provider_name(hostname, deployable_name):
@@ -102,39 +116,70 @@ def provider_uuid(name):
     return str(uuid_lib.uuid3(uuid_lib.NAMESPACE_DNS, name))
 
 
-def desired_providers(hostname, deployables, disabled=()):
+def pool_name(hostname, key):
+    """A pool's RP name: readable, and unique for its ``PoolKey``."""
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:12]
+    numa = 'ANY' if key.numa_node is None else key.numa_node
+    return '%s_%s_NUMA%s_%s' % (hostname, key.resource_class, numa, digest)
+
+
+def desired_providers(hostname, deployables, disabled=(), layout=PER_DEVICE):
     """What Placement should hold for ``deployables`` of ``hostname``.
 
-    ``disabled`` names the deployables whose device an operator disabled:
-    their whole inventory is reserved, so nothing new is scheduled there
-    while existing allocations stay valid.
+    ``disabled`` names the deployables whose device an operator disabled
+    (or that are quarantined or missing): their inventory is reserved, so
+    nothing new is scheduled there while existing allocations stay
+    valid. In the ``pooled`` layout a pool reserves its disabled members'
+    part only.
     """
+    if layout not in LAYOUTS:
+        raise ValueError('Unknown provider layout %r' % layout)
     disabled = frozenset(disabled)
-    desired = []
+    groups = {}
     seen = set()
     for deployable in deployables:
         if deployable.name in seen:
             raise ValueError('Deployable %r appears twice on host %r'
                              % (deployable.name, hostname))
         seen.add(deployable.name)
-        name = provider_name(hostname, deployable.name)
-        total = deployable.num_accelerators
-        inventories = {}
-        # Placement refuses total < 1; a deployable with nothing to offer
-        # keeps its RP without inventory.
-        if total >= 1:
-            inventories[deployable.resource_class] = {
-                'total': total,
-                'reserved': total if deployable.name in disabled else 0,
-                'min_unit': 1,
-                'max_unit': total,
-                'step_size': 1,
-                'allocation_ratio': 1.0,
-            }
+        pool = getattr(deployable, 'pool', None)
+        if layout == POOLED and pool is not None:
+            groups.setdefault(('pool', pool), []).append(deployable)
+        else:
+            groups[('one', deployable.name)] = [deployable]
+    desired = []
+    for (kind, key), members in groups.items():
+        if kind == 'pool':
+            name = pool_name(hostname, key)
+            traits = set(members[0].traits)
+            if key.numa_node is not None:
+                traits.add(NUMA_TRAIT % key.numa_node)
+        else:
+            name = provider_name(hostname, key)
+            traits = set(members[0].traits)
         desired.append(DesiredProvider(
-            name=name, uuid=provider_uuid(name), inventories=inventories,
-            traits=frozenset(deployable.traits) | {OWNER_TRAIT}))
-    return desired
+            name=name, uuid=provider_uuid(name),
+            inventories=_inventories(members, disabled),
+            traits=frozenset(traits) | {OWNER_TRAIT},
+            members=tuple(sorted(m.name for m in members))))
+    return sorted(desired, key=lambda provider: provider.name)
+
+
+def _inventories(members, disabled):
+    total = sum(m.num_accelerators for m in members)
+    # Placement refuses total < 1; a deployable with nothing to offer
+    # keeps its RP without inventory.
+    if total < 1:
+        return {}
+    reserved = sum(m.num_accelerators for m in members if m.name in disabled)
+    return {members[0].resource_class: {
+        'total': total,
+        'reserved': reserved,
+        'min_unit': 1,
+        'max_unit': total,
+        'step_size': 1,
+        'allocation_ratio': 1.0,
+    }}
 
 
 @dataclasses.dataclass
@@ -147,13 +192,16 @@ class SyncResult:
     kept: dict = dataclasses.field(default_factory=dict)
     # RP name -> the error that stopped its sync; the others went on.
     failed: dict = dataclasses.field(default_factory=dict)
+    # Providers whose allocations moved to the new layout's providers.
+    reshaped: list = dataclasses.field(default_factory=list)
     generation_conflicts: int = 0
     reads: int = 0
     writes: int = 0
 
     @property
     def changed(self):
-        return bool(self.created or self.updated or self.deleted)
+        return bool(self.created or self.updated or self.deleted
+                    or self.reshaped)
 
 
 @dataclasses.dataclass
@@ -197,8 +245,14 @@ class ProviderTreeCache:
             del self._states[uuid]
 
 
-def sync_provider_tree(client, compute_rp, desired, cache=None):
+def sync_provider_tree(client, compute_rp, desired, cache=None, moves=None,
+                       holders=None):
     """Make the compute node's children in Placement match ``desired``.
+
+    ``moves`` (``reshape.plan_moves``) says which providers held the
+    deployables before: those with allocations that ``desired`` no longer
+    wants (the layout changed) have their allocations moved with the
+    reshaper first; ``holders`` gives a consumer's handles by deployable.
 
     ``compute_rp`` is the compute node's RP (a dict with ``uuid``, or a
     ``ComputeNode``). Returns a ``SyncResult``; its ``reads`` and
@@ -212,7 +266,8 @@ def sync_provider_tree(client, compute_rp, desired, cache=None):
     sync = _TreeSync(client, cache if cache is not None
                      else ProviderTreeCache())
     try:
-        sync.run(compute_uuid, desired)
+        sync.run(compute_uuid, desired, moves or {},
+                 holders or (lambda consumer: {}))
     finally:
         now_reads, now_writes = client.calls.snapshot()
         sync.result.reads = now_reads - reads
@@ -229,13 +284,11 @@ class _TreeSync:
         self._ensured = set()
         self._deleted = set()
 
-    def run(self, compute_uuid, desired):
-        tree = {rp['uuid']: rp
-                for rp in self.client.providers_in_tree(compute_uuid)}
-        if compute_uuid not in tree:
-            raise ComputeNodeGone(
-                'Compute node resource provider %s is no longer in '
-                'Placement' % compute_uuid)
+    def run(self, compute_uuid, desired, moves, holders):
+        tree = self._tree(compute_uuid)
+        if moves and self._reshape(compute_uuid, tree, desired, moves,
+                                   holders):
+            tree = self._tree(compute_uuid)
         wanted = set()
         for provider in desired:
             wanted.add(provider.uuid)
@@ -254,6 +307,34 @@ class _TreeSync:
                     self.cache.forget(rp['uuid'])
                     self.result.failed[rp['name']] = str(exc)
         self.cache.keep_only((set(tree) | wanted) - self._deleted)
+
+    def _tree(self, compute_uuid):
+        tree = {rp['uuid']: rp
+                for rp in self.client.providers_in_tree(compute_uuid)}
+        if compute_uuid not in tree:
+            raise ComputeNodeGone(
+                'Compute node resource provider %s is no longer in '
+                'Placement' % compute_uuid)
+        return tree
+
+    def _reshape(self, compute_uuid, tree, desired, moves, holders):
+        """Move allocations off providers the layout retires; True if
+        anything moved. A failure leaves them where they are: such a
+        provider is kept, fully reserved, and the next sync tries again.
+        """
+        try:
+            emptied = reshape.move_allocations(
+                self.client, compute_uuid, tree, desired, moves, holders)
+        except (placement.PlacementError,
+                reshape.ReshapeImpossible) as exc:
+            wanted = {provider.uuid for provider in desired}
+            for uuid in moves:
+                if uuid in tree and uuid not in wanted:
+                    self.result.failed[tree[uuid]['name']] = (
+                        'allocations not moved: %s' % exc)
+            return False
+        self.result.reshaped.extend(emptied)
+        return bool(emptied)
 
     def _sync_provider(self, provider, rp, compute_uuid):
         if rp is None:

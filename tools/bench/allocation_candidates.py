@@ -14,12 +14,16 @@ placement_service.py``) and carry COMPUTE_ACCELERATORS, as Nova's compute
 does for a host that supports accelerators. Each host gets ``--gpus``
 identical GPUs, published in one of two layouts, in turn:
 
-- per-device: each GPU a child provider of the compute node with a PGPU
-  inventory of 1, named and traited as Cyborg publishes a device today
-  (``cyborg.conductor.placement_sync.desired_providers`` over the GPUs
-  of ``tools/bench/inventory_report.py``);
-- pooled: one child provider per host with a PGPU inventory of
-  ``--gpus``, with the same traits and CUSTOM_NUMA_NODE_0.
+- per-device (``[placement] provider_layout = per_device``): each GPU a
+  child provider of the compute node with a PGPU inventory of 1;
+- pooled (``provider_layout = pooled``): the host's identical GPUs in one
+  child provider with a PGPU inventory of ``--gpus`` and the trait
+  CUSTOM_NUMA_NODE_0.
+
+Both are what the conductor publishes for the GPUs of
+``tools/bench/inventory_report.py`` (all on NUMA node 0), computed by
+``placement_sync.desired_providers`` and written by the conductor's own
+``placement_sync.sync_provider_tree``.
 
 For each number of GPUs asked (``--asks``) the query is Nova's at
 microversion 1.36 (``nova.scheduler.client.report``): the flavor's
@@ -70,8 +74,8 @@ import inventory_report  # noqa: E402  (tools/bench)
 import sqlalchemy as sa  # noqa: E402
 
 from cyborg.clients import placement as placement_client  # noqa: E402
+from cyborg.conductor import inventory as inventory_sync  # noqa: E402
 from cyborg.conductor import placement_sync  # noqa: E402
-from cyborg.objects import inventory  # noqa: E402
 from tests import db_servers  # noqa: E402
 from tests import placement_service  # noqa: E402
 
@@ -81,7 +85,6 @@ WARMUP = 2
 FLAVOR = 'MEMORY_MB:512,VCPU:1'
 ROOT_REQUIRED = 'COMPUTE_ACCELERATORS,!COMPUTE_STATUS_DISABLED'
 COMPUTE_TRAITS = {'COMPUTE_ACCELERATORS'}
-NUMA_TRAIT = 'CUSTOM_NUMA_NODE_0'
 
 Deadline = bench_arqs.Deadline
 
@@ -177,22 +180,37 @@ class Placement:
 
 # --- the two layouts ---------------------------------------------------------
 
+def host_deployables(gpus):
+    """The host's GPUs as the conductor lists them for Placement: those
+    of the inventory report, all on NUMA node 0."""
+    listing = []
+    for index in range(gpus):
+        device = inventory_report.device(index)
+        deployable = device.deployables[0]
+        board = dict(device.std_board_info, numa_node='0')
+        listing.append(inventory_sync.ProviderDeployable(
+            id=index, uuid=None, name=deployable.name,
+            resource_class=deployable.resource_class,
+            total=deployable.num_accelerators,
+            traits=tuple(deployable.traits), disabled=False, missing=False,
+            rp_uuid=None, pool=inventory_sync.pool_key(
+                device.type, device.vendor, device.model, board, None,
+                deployable.driver_name, deployable.resource_class,
+                deployable.traits, {})))
+    return listing
+
+
 def per_device(hostname, gpus):
-    """One provider per GPU, as Cyborg publishes the GPUs of the
-    inventory report."""
+    """One provider per GPU (``[placement] provider_layout =
+    per_device``)."""
     return placement_sync.desired_providers(
-        hostname, [inventory_report.device(i).deployables[0]
-                   for i in range(gpus)])
+        hostname, host_deployables(gpus), layout=placement_sync.PER_DEVICE)
 
 
 def pooled(hostname, gpus):
-    """One provider holding all the GPUs of the host."""
-    model = inventory_report.device(0).deployables[0]
-    pool = inventory.Deployable(
-        name='gpu_pool_numa0', num_accelerators=gpus,
-        resource_class=model.resource_class, driver_name=model.driver_name,
-        traits=list(model.traits) + [NUMA_TRAIT])
-    return placement_sync.desired_providers(hostname, [pool])
+    """One provider holding the host's GPUs (``pooled``)."""
+    return placement_sync.desired_providers(
+        hostname, host_deployables(gpus), layout=placement_sync.POOLED)
 
 
 LAYOUTS = {'per-device': per_device, 'pooled': pooled}
@@ -217,8 +235,9 @@ def make_compute_nodes(placement, hostnames, threads):
 
 
 def publish(placement, layout, compute_nodes, gpus, threads):
-    """The children of every compute node in ``layout``; returns their
-    UUIDs."""
+    """The children of every compute node in ``layout``, written by the
+    conductor's own sync (``placement_sync.sync_provider_tree``); returns
+    their UUIDs."""
     client = placement.client
     wanted = {hostname: LAYOUTS[layout](hostname, gpus)
               for hostname in compute_nodes}
@@ -230,16 +249,11 @@ def publish(placement, layout, compute_nodes, gpus, threads):
         client.ensure_trait(trait)
 
     def one(hostname):
-        made = []
-        for provider in wanted[hostname]:
-            generation = client.create_provider(
-                provider.name, provider.uuid,
-                parent_uuid=compute_nodes[hostname])['generation']
-            generation = client.put_inventories(
-                provider.uuid, generation, provider.inventories)
-            client.put_traits(provider.uuid, generation, provider.traits)
-            made.append(provider.uuid)
-        return made
+        result = placement_sync.sync_provider_tree(
+            client, {'uuid': compute_nodes[hostname]}, wanted[hostname])
+        if result.failed:
+            raise RuntimeError('%s: %s' % (hostname, result.failed))
+        return [provider.uuid for provider in wanted[hostname]]
 
     return [uuid for made in in_parallel(threads, list(wanted), one)
             for uuid in made]

@@ -39,6 +39,8 @@ MAX_ARQS_PER_REQUEST = 64
 PREPARED_ON_HOST = frozenset({'MDEV'})
 # How many free handles one allocation tries before giving up on a race.
 _HANDLE_CANDIDATES = 32
+_HANDLE_COLUMNS = (Handle.id, Handle.uuid, Handle.attach_type,
+                   Handle.attach_info, Handle.deployable_id)
 
 _VIEW_COLUMNS = (
     ARQ.id, ARQ.uuid, ARQ.state, ARQ.device_profile_group_id,
@@ -386,27 +388,42 @@ def _bind_work(session, where):
     return work
 
 
+_BINDING_COLUMNS = (
+    Deployable.id, Deployable.uuid, Deployable.name,
+    Deployable.driver_name, Deployable.bitstream_id, Device.hostname,
+    Device.type.label('device_type'), Device.status.label('device_status'),
+    Device.vendor, Device.model, Device.std_board_info,
+    Device.quarantined, Device.health_override, Device.missing_since,
+    models.ControlPathID.cpid_info.label('controlpath_info'))
+
+
+def _binding_query(where):
+    return (sa.select(*_BINDING_COLUMNS)
+            .join(Device, Device.id == Deployable.device_id)
+            .outerjoin(models.ControlPathID,
+                       models.ControlPathID.device_id == Device.id)
+            .where(where).order_by(Deployable.id))
+
+
 def deployable_for_binding(context, rp_uuid=None, uuid=None):
     """The deployable behind a resource provider (or with this uuid), with
     its device; None if there is none."""
     with context.db.reader(context) as session:
-        row = session.execute(
-            sa.select(Deployable.id, Deployable.uuid, Deployable.name,
-                      Deployable.driver_name, Deployable.bitstream_id,
-                      Device.hostname,
-                      Device.type.label('device_type'),
-                      Device.status.label('device_status'),
-                      Device.vendor, Device.model, Device.std_board_info,
-                      models.ControlPathID.cpid_info.label(
-                          'controlpath_info'))
-            .join(Device, Device.id == Deployable.device_id)
-            .outerjoin(models.ControlPathID,
-                       models.ControlPathID.device_id == Device.id)
-            .where(Deployable.rp_uuid == rp_uuid if uuid is None
-                   else Deployable.uuid == uuid).limit(1)).one_or_none()
+        row = session.execute(_binding_query(
+            Deployable.rp_uuid == rp_uuid if uuid is None
+            else Deployable.uuid == uuid).limit(1)).one_or_none()
         if row is None:
             return None
     return dict(row._mapping)
+
+
+def deployables_for_binding(context, rp_uuid):
+    """Every deployable behind a resource provider, with its device, by
+    id: one for a provider per device, each member of a pooled one."""
+    with context.db.reader(context) as session:
+        rows = session.execute(_binding_query(
+            Deployable.rp_uuid == rp_uuid)).all()
+    return [dict(row._mapping) for row in rows]
 
 
 def programming_facts(context, deployable_id, except_handle=None,
@@ -496,13 +513,17 @@ def record_bitstream(context, deployable_id, bitstream_id):
 
 
 @_retry_on_deadlock
-def allocate_attach_handle(context, arq_id, deployable_id):
-    """Give ARQ ``arq_id`` (BindStarted) a free attach handle of the
-    deployable, atomically; the handle as a dict, or None if none is free.
+def allocate_attach_handle(context, arq_id, deployable_ids):
+    """Give ARQ ``arq_id`` (BindStarted) a free attach handle of one of
+    ``deployable_ids`` (the members of a pooled provider, or the one
+    deployable of a provider per device), atomically; the handle as a
+    dict with its ``deployable_id``, or None if none is free.
 
     An ARQ that has a handle already (a bind resumed after a crash)
     keeps it. Raises BindLost if the ARQ left BindStarted meanwhile.
     """
+    if isinstance(deployable_ids, int):
+        deployable_ids = [deployable_ids]
     with context.db.writer(context) as session:
         arq = session.execute(
             sa.select(ARQ.state, ARQ.attach_handle_id).where(
@@ -512,9 +533,8 @@ def allocate_attach_handle(context, arq_id, deployable_id):
         if arq.attach_handle_id is not None:
             return _handle(session, arq.attach_handle_id)
         free = [dict(r._mapping) for r in session.execute(
-            sa.select(Handle.id, Handle.uuid, Handle.attach_type,
-                      Handle.attach_info).where(
-                Handle.deployable_id == deployable_id,
+            sa.select(*_HANDLE_COLUMNS).where(
+                Handle.deployable_id.in_(deployable_ids),
                 Handle.in_use == sa.false()).order_by(Handle.id).limit(
                 _HANDLE_CANDIDATES))]
         # Contenders start at different handles instead of queueing on
@@ -529,7 +549,7 @@ def allocate_attach_handle(context, arq_id, deployable_id):
                 session.execute(
                     sa.update(ARQ).where(ARQ.id == arq_id).values(
                         attach_handle_id=handle['id'],
-                        deployable_id=deployable_id))
+                        deployable_id=handle['deployable_id']))
                 return handle
         return None
 
@@ -545,8 +565,7 @@ def holds_handle(context, arq_id, handle_id):
 
 def _handle(session, handle_id):
     row = session.execute(
-        sa.select(Handle.id, Handle.uuid, Handle.attach_type,
-                  Handle.attach_info).where(Handle.id == handle_id)).one()
+        sa.select(*_HANDLE_COLUMNS).where(Handle.id == handle_id)).one()
     return dict(row._mapping)
 
 

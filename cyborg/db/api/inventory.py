@@ -260,15 +260,40 @@ def set_device_status(connection, device_uuid, status):
 
 
 def record_provider_uuids(connection, provider_uuids):
-    """Set ``rp_uuid`` of deployables: ``{deployable id: rp uuid}``."""
+    """Set ``rp_uuid`` of deployables, ``{deployable id: rp uuid}``, and
+    ``device_rp_uuid`` of the ARQs bound to them."""
     if not provider_uuids:
         return
+    rows = [{'b_deployable_id': i, 'provider_uuid': u}
+            for i, u in provider_uuids.items()]
     connection.execute(
         sa.update(deployables)
-        .where(deployables.c.id == sa.bindparam('deployable_id'))
-        .values(rp_uuid=sa.bindparam('provider_uuid')),
-        [{'deployable_id': i, 'provider_uuid': u}
-         for i, u in provider_uuids.items()])
+        .where(deployables.c.id == sa.bindparam('b_deployable_id'))
+        .values(rp_uuid=sa.bindparam('provider_uuid')), rows)
+    connection.execute(
+        sa.update(arqs)
+        .where(arqs.c.deployable_id == sa.bindparam('b_deployable_id'))
+        .values(device_rp_uuid=sa.bindparam('provider_uuid')), rows)
+
+
+def handle_holders(connection, hostname):
+    """``{instance uuid: {deployable name: attach handles its ARQs
+    hold}}`` on the host."""
+    rows = connection.execute(
+        sa.select(arqs.c.instance_uuid, deployables.c.name,
+                  sa.func.count().label('held'))
+        .select_from(arqs.join(
+            attach_handles, attach_handles.c.id == arqs.c.attach_handle_id)
+            .join(deployables,
+                  deployables.c.id == attach_handles.c.deployable_id)
+            .join(devices, devices.c.id == deployables.c.device_id))
+        .where(devices.c.hostname == hostname,
+               arqs.c.instance_uuid.is_not(None))
+        .group_by(arqs.c.instance_uuid, deployables.c.name))
+    holders = {}
+    for instance_uuid, name, held in rows:
+        holders.setdefault(instance_uuid, {})[name] = held
+    return holders
 
 
 # Board infos and trait lists repeat across a host's devices: their

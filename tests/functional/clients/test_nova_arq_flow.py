@@ -144,23 +144,25 @@ transport = arq_stack.transport
 
 
 @pytest.fixture
-def cyborg_api(served_api, transport):
-    """The served API (its RPC to the conductor from ``transport_url``),
-    with a record of what Nova sent and got back."""
+def cyborg_api(transport, served_api):
+    """The served API (its RPC to the conductor from ``transport_url``,
+    set by ``transport`` before the app is built), with a record of what
+    Nova sent and got back."""
     recorder = Recorder(served_api.server.wsgi_app)
     # cheroot looks the application up on every request.
     served_api.server.wsgi_app = recorder
     return recorder
 
 
-@pytest.fixture
-def conductor(conf, db, transport, placement, nova_events):  # noqa: F811
+@pytest.fixture(params=[placement_sync.PER_DEVICE])
+def conductor(request, conf, db, transport, placement,  # noqa: F811
+              nova_events):  # noqa: F811
     nova_events.configure(conf)
     nova = nova_client.NovaClient.from_conf(conf)
     assert nova is not None
     with arq_stack.serving_conductor(
             transport, db, arq_stack.binder(conf, nova=nova),
-            placement.client()) as endpoint:
+            placement.client(), layout=request.param) as endpoint:
         yield endpoint
 
 
@@ -213,14 +215,14 @@ def placement_get(adapter, url, **kwargs):
     return response.json()
 
 
-def schedule(placement, probe, instance):  # noqa: F811
+def schedule(placement, probe, instance, dp_name=PROFILE):  # noqa: F811
     """Nova's API, scheduler and conductor before the bind.
 
     Returns the request groups, the instance's allocation as Placement
     holds it, and Nova's request group to provider mapping.
     """
     adapter = placement.adapter()
-    groups = probe.ok('groups', dp_name=PROFILE)['groups']
+    groups = probe.ok('groups', dp_name=dp_name)['groups']
     params = [tuple(p) for g in groups for p in g['queryparams']]
     params += [('resources', FLAVOR), ('group_policy', 'none')]
     # Only compute1 has an FPGA: one candidate, both groups on it.
@@ -239,7 +241,7 @@ def schedule(placement, probe, instance):  # noqa: F811
         adapter, '/resource_providers/%s/traits' % rp)['traits']
         for rp in allocations}
 
-    rg_rp_map = probe.ok('map', dp_name=PROFILE, allocations=allocations,
+    rg_rp_map = probe.ok('map', dp_name=dp_name, allocations=allocations,
                          provider_traits=traits)['rg_rp_map']
 
     # The scheduler's mapping of the candidate says the same.
@@ -248,9 +250,9 @@ def schedule(placement, probe, instance):  # noqa: F811
     return groups, allocations, rg_rp_map
 
 
-def create_and_bind(probe, rg_rp_map, instance, hostname):
+def create_and_bind(probe, rg_rp_map, instance, hostname, dp_name=PROFILE):
     """Nova's conductor: create the ARQs, then bind each to its provider."""
-    arqs = probe.ok('create', dp_name=PROFILE, rg_rp_map=rg_rp_map)['arqs']
+    arqs = probe.ok('create', dp_name=dp_name, rg_rp_map=rg_rp_map)['arqs']
     bindings = {arq['uuid']: {'hostname': hostname,
                               'device_rp_uuid': arq['device_rp_uuid'],
                               'instance_uuid': instance}
@@ -402,3 +404,73 @@ def test_nova_hears_that_a_bind_failed(
     assert_deleted_by_nova(probe, db, instance)
 
     assert handles_in_use(db) == taken
+
+
+def eight_h100s():
+    """What the NVIDIA driver reports of a host with eight H100s on one
+    NUMA node: identical but for their PCI addresses."""
+    devices = []
+    for index in range(8):
+        address = inventory_objects.PCIAddress(
+            '0000', '%02x' % (0x18 + 0x10 * index), '00', '0')
+        devices.append(inventory_objects.Device(
+            type='GPU', vendor='10de', model='H100',
+            controlpath_type='PCI', controlpath_info=address.as_info(),
+            std_board_info={'vendor_id': '10de', 'product_id': '2330',
+                            'numa_node': '0'},
+            deployables=[inventory_objects.Deployable(
+                name='gpu_%s' % address.bus, num_accelerators=1,
+                resource_class='PGPU', driver_name='nvidia_gpu_driver',
+                traits=['CUSTOM_GPU_NVIDIA', 'CUSTOM_GPU_PRODUCT_ID_2330'],
+                attach_handles=[inventory_objects.AttachHandle(
+                    'PCI', address.as_info())])]))
+    return inventory_objects.HostInventory(AGENT_HOST, devices)
+
+
+@pytest.mark.parametrize('conductor', [placement_sync.POOLED],
+                         indirect=True)
+def test_nova_binds_an_instance_to_four_pooled_gpus(
+        nova_process, db, admin_context, cyborg_api, conductor, probe,
+        placement, nova_events, transport):  # noqa: F811
+    adapter = placement.adapter()
+    node = create_compute_node(adapter, NODENAME)
+    summary = conductor_rpcapi.ConductorAPI(transport).report_host_inventory(
+        cyborg_context.admin_context(db), eight_h100s().to_dict(),
+        [AGENT_HOST, NODENAME])
+    assert summary['placement']['status'] == 'synced', summary
+    pool, = summary['placement']['created']
+    pool_rp = placement_sync.provider_uuid(pool)
+    arq_stack.make_profile(admin_context, 'four-h100', [
+        {'resources:PGPU': '4', 'trait:CUSTOM_GPU_PRODUCT_ID_2330':
+         'required'}])
+    instance = str(uuid.uuid4())
+
+    groups, allocations, rg_rp_map = schedule(placement, probe, instance,
+                                              dp_name='four-h100')
+
+    assert [(g['resources'], g['required_traits']) for g in groups] == [
+        ({'PGPU': 4}, ['CUSTOM_GPU_PRODUCT_ID_2330'])]
+    assert {rp: a['resources'] for rp, a in allocations.items()} == {
+        node['uuid']: {'VCPU': 1, 'MEMORY_MB': 512}, pool_rp: {'PGPU': 4}}
+    assert rg_rp_map == {'device_profile_0': [pool_rp]}
+
+    arqs = create_and_bind(probe, rg_rp_map, instance, NODENAME,
+                           dp_name='four-h100')
+
+    assert len(arqs) == 4
+    events = nova_events.wait_for_events(4, timeout=30)
+    assert {(e.server_uuid, e.status) for e in events} == {
+        (instance, 'completed')}
+    assert nova_events.invalid == []
+    resolved = probe.ok('arqs', instance_uuid=instance,
+                        only_resolved=True)['arqs']
+    assert {a['state'] for a in resolved} == {'Bound'}
+    assert {a['device_rp_uuid'] for a in resolved} == {pool_rp}
+    # Four distinct GPUs: four handles, four PCI addresses.
+    assert len({a['attach_handle_uuid'] for a in resolved}) == 4
+    assert len({a['attach_handle_info']['bus'] for a in resolved}) == 4
+    assert handles_in_use(db) == sorted(
+        a['attach_handle_uuid'] for a in resolved)
+
+    assert_deleted_by_nova(probe, db, instance)
+    assert handles_in_use(db) == []
