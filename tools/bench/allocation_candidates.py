@@ -1,9 +1,9 @@
 """Benchmark GET /allocation_candidates: one provider per GPU, or a pool.
 
     python tools/bench/allocation_candidates.py [--hosts 100] [--gpus 8]
-        [--asks 1,2,4,8] [--rounds 20] [--db mysql|sqlite]
-        [--placement-workers 2] [--slow 60] [--timeout 120]
-        [--max-runtime 900]
+        [--layouts per-device,pooled] [--asks 1,2,4,8] [--rounds 20]
+        [--db mysql|sqlite] [--placement-workers 2] [--slow 60]
+        [--timeout 120] [--max-runtime 900]
 
 A real Placement (openstack-placement) on a fresh database migrated with
 Placement's own migrations (MariaDB by default, dropped at the end; or a
@@ -352,7 +352,7 @@ def bench(args):
         compute_nodes = make_compute_nodes(placement, hostnames, threads)
         print('%d hosts (VCPU 16, MEMORY_MB 65536 each) made in %.1f s' % (
             args.hosts, time.monotonic() - started), flush=True)
-        for layout in LAYOUTS:
+        for layout in args.layouts:
             started = time.monotonic()
             children = publish(placement, layout, compute_nodes, args.gpus,
                                threads)
@@ -403,6 +403,9 @@ def parse_args(argv):
     parser.add_argument('--hosts', type=int, default=100)
     parser.add_argument('--gpus', type=int, default=8,
                         help='GPUs per host')
+    parser.add_argument('--layouts', type=lambda text: text.split(','),
+                        default=list(LAYOUTS),
+                        help='comma separated, of %s' % ', '.join(LAYOUTS))
     parser.add_argument('--asks', type=numbers, default=[1, 2, 4, 8],
                         help='GPUs per request, a comma list')
     parser.add_argument('--rounds', type=int, default=20,
