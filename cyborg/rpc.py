@@ -66,6 +66,16 @@ def get_transport(conf, url=None):
     return messaging.get_rpc_transport(conf, url=url)
 
 
+def import_connection_modules(conf):
+    """Import what the driver would import on its first connection:
+    kombu loads its AMQP transport then, a few milliseconds of the first
+    call to RabbitMQ."""
+    url = messaging.TransportURL.parse(conf, conf.transport_url)
+    if url.transport == 'rabbit':
+        from kombu import transport as kombu_transport
+        kombu_transport.get_transport_cls('pyamqp')
+
+
 class VersionCapped(exception.CyborgError):
     """A call needs a newer RPC API than ``[upgrade_levels]`` allows."""
 

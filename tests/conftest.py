@@ -107,15 +107,17 @@ def api(conf, db):
 
 
 class StatementCounter:
-    """Counts the SQL queries an engine runs (not BEGIN and friends)."""
+    """Counts the SQL queries engines run (not BEGIN and friends): those of
+    a ``Database`` are its ``engines``."""
 
     TRANSACTION_CONTROL = ('BEGIN', 'COMMIT', 'ROLLBACK', 'SAVEPOINT',
                            'RELEASE')
 
-    def __init__(self, engine):
-        self.engine = engine
+    def __init__(self, *engines):
+        self.engines = engines
         self.statements = []
-        sa.event.listen(engine, 'before_cursor_execute', self._seen)
+        for engine in engines:
+            sa.event.listen(engine, 'before_cursor_execute', self._seen)
 
     def _seen(self, conn, cursor, statement, parameters, context, many):
         if not statement.lstrip().upper().startswith(
@@ -129,12 +131,13 @@ class StatementCounter:
         self.statements.clear()
 
     def close(self):
-        sa.event.remove(self.engine, 'before_cursor_execute', self._seen)
+        for engine in self.engines:
+            sa.event.remove(engine, 'before_cursor_execute', self._seen)
 
 
 @pytest.fixture
 def sql_counter(db):
-    counter = StatementCounter(db.engine)
+    counter = StatementCounter(*db.engines)
     yield counter
     counter.close()
 

@@ -11,6 +11,15 @@ echo "==> installing into $VENV"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q --upgrade pip
 "$VENV/bin/pip" install -q -r requirements.txt -r test-requirements.txt -e .
+# The C MySQL driver (the mysql extra), which the service uses instead of
+# PyMySQL where it is installed, builds only against MariaDB's client
+# headers; without them everything runs on PyMySQL.
+if pkg-config --exists libmariadb 2>/dev/null; then
+    "$VENV/bin/pip" install -q "mysqlclient>=2.2.0" ||
+        echo "==> mysqlclient did not build: MariaDB through PyMySQL"
+else
+    echo "==> no libmariadb-dev: MariaDB through PyMySQL"
+fi
 
 tools/ensure-services.sh
 

@@ -2,16 +2,18 @@
 
 from oslo_middleware import cors
 from oslo_middleware import http_proxy_to_wsgi
-from oslo_middleware import request_id
 import pecan
 
 from cyborg import policy
+from cyborg.api import argspec
 from cyborg.api import expose
 from cyborg.api import hooks
+from cyborg.api import request
 from cyborg.api.controllers import root
 from cyborg.api.middleware import access_log
 from cyborg.api.middleware import auth
 from cyborg.api.middleware import input_guard
+from cyborg.api.middleware import request_id
 from cyborg.db import session
 
 
@@ -20,18 +22,21 @@ def build_app(conf, db=None, transport=None, notifier=None):
 
     ``db`` lets a caller share one ``Database`` with the app (tests do);
     ``transport`` is the oslo.messaging transport to the conductor, made
-    from ``conf`` on the first call that needs it when not given;
+    from ``conf`` here when not given (see ``AppState.prepare_conductor``);
     ``notifier`` sends the API's notifications (made from ``conf`` when
     not given; a caller that gives one closes it).
     """
+    argspec.install()
     db = db if db is not None else session.Database(conf)
     state = hooks.AppState(conf, db, policy.DecisionCache(
         policy.make_enforcer(conf)), transport=transport, notifier=notifier)
+    state.prepare_conductor()
     app = pecan.Pecan(
         root.RootController(),
         hooks=[hooks.RequestHook(state)],
         custom_renderers={expose.RENDERER: expose.JSONRenderer},
         force_canonical=False,
+        request_cls=request.Request,
         guess_content_type_from_ext=False,
     )
     # Inside authentication: an anonymous caller learns nothing here.

@@ -2,7 +2,9 @@
 
 import json
 import logging
+import os
 import threading
+import weakref
 
 from pecan import hooks
 import webob
@@ -39,7 +41,9 @@ class AppState:
                          else notifier_module.Notifier(conf,
                                                        notifier_module.API))
         self._transport = transport
+        self._own_transport = False
         self._conductor = None
+        self._conductor_options = None
         self._conductor_lock = threading.Lock()
         self._membership = None
 
@@ -48,33 +52,78 @@ class AppState:
         """The live conductors as a hash ring, read again at most every
         ``MEMBERSHIP_MAX_AGE`` seconds."""
         if self._membership is None:
-            from cyborg.conductor import membership
-            with self._conductor_lock:
-                if self._membership is None:
-                    self._membership = membership.Membership(
-                        cyborg_context.admin_context(self.db),
-                        self.conf.host, self.conf.service_down_time,
-                        max_age=MEMBERSHIP_MAX_AGE)
+            self._make_membership()
         return self._membership.current()
+
+    def _make_membership(self):
+        from cyborg.conductor import membership
+        with self._conductor_lock:
+            if self._membership is None:
+                self._membership = membership.Membership(
+                    cyborg_context.admin_context(self.db),
+                    self.conf.host, self.conf.service_down_time,
+                    max_age=MEMBERSHIP_MAX_AGE)
 
     @property
     def conductor(self):
-        """The conductor's RPC API, made on first use: an API that only
-        serves reads never needs a message bus.
-        """
-        if self._conductor is None:
-            # oslo.messaging costs half a second to import: only when used.
-            from cyborg import rpc
-            from cyborg.conductor import rpcapi as conductor_rpcapi
-            with self._conductor_lock:
-                if self._conductor is None:
-                    transport = self._transport
-                    if transport is None:
-                        transport = rpc.get_transport(self.conf)
-                    self._conductor = conductor_rpcapi.ConductorAPI(
-                        transport,
-                        version_cap=self.conf.upgrade_levels.conductor)
+        """The conductor's RPC API (see ``prepare_conductor``); made again
+        if the options it was made from changed since (tests change them
+        after building the app)."""
+        if self._conductor is None or (
+                self._conductor_options != self._options_now()):
+            self._make_conductor()
         return self._conductor
+
+    def _options_now(self):
+        return (getattr(self.conf, 'transport_url', None),
+                self.conf.upgrade_levels.conductor)
+
+    def prepare_conductor(self):
+        """Make the conductor's RPC API now, when the app is built.
+
+        Made on first use, it cost a worker's first bind a third of a
+        second (importing oslo.messaging, loading the driver). A
+        transport must not cross a fork: in a process that forks after
+        building the app (a WSGI server that loads the app before forking
+        its workers), each child makes its own, at once, and never uses
+        its parent's.
+        """
+        self._make_conductor()
+        # Binds read the ring too; it reads the database on first use.
+        self._make_membership()
+        state = weakref.ref(self)
+
+        def remake_in_child():
+            # weak: the hook stays registered for the process's life.
+            app_state = state()
+            if app_state is not None and app_state._own_transport:
+                # Another thread of the parent may have held it.
+                app_state._conductor_lock = threading.Lock()
+                app_state._transport = app_state._conductor = None
+                app_state._make_conductor()
+
+        os.register_at_fork(after_in_child=remake_in_child)
+
+    def _make_conductor(self):
+        from cyborg import rpc
+        from cyborg.conductor import rpcapi as conductor_rpcapi
+        with self._conductor_lock:
+            options = self._options_now()
+            if self._conductor is not None and (
+                    self._conductor_options == options):
+                return
+            transport = self._transport
+            if transport is None or (self._own_transport and (
+                    self._conductor_options[0] != options[0])):
+                transport = rpc.get_transport(self.conf)
+                rpc.import_connection_modules(self.conf)
+                self._own_transport = True
+                # Registered by then, if it was not.
+                options = self._options_now()
+            self._transport = transport
+            self._conductor_options = options
+            self._conductor = conductor_rpcapi.ConductorAPI(
+                transport, version_cap=options[1])
 
 
 def is_versioned(path):

@@ -6,6 +6,9 @@ Runs until SIGTERM or SIGINT (exit 0); SIGHUP re-reads the configuration
 files and restarts the RPC server.
 """
 
+# First of all: eventlet stays out of the process.
+from cyborg import no_eventlet  # noqa: F401, I001
+
 import sys
 
 from oslo_config import cfg

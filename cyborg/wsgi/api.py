@@ -4,6 +4,9 @@ Reads the configuration files given by ``CYBORG_CONFIG_FILES`` (comma
 separated) or the default locations of oslo.config.
 """
 
+# First of all: eventlet stays out of the process.
+from cyborg import no_eventlet  # noqa: F401, I001
+
 import os
 
 from oslo_config import cfg

@@ -793,7 +793,7 @@ class InProcess:
             conf, agent=None, nova=nova_client.NovaClient.from_conf(conf),
             owner='bench-in-process')
         self.context = cyborg_context.admin_context(self.db)
-        self.counter = conftest.StatementCounter(self.db.engine)
+        self.counter = conftest.StatementCounter(*self.db.engines)
 
     def close(self):
         self.counter.close()

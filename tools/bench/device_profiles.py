@@ -178,10 +178,15 @@ class Server:
                 self.proc.wait(timeout=10)
 
 
-def start_server(kind, app, workers, directory, config_path=None):
-    """Serve ``app`` ('cyborg' or 'bare') with ``kind`` of server."""
+def start_server(kind, app, workers, directory, config_path=None,
+                 bare_app='device_profiles:make_bare_app()', env=None):
+    """Serve ``app`` ('cyborg' or 'bare') with ``kind`` of server.
+
+    ``bare_app`` is gunicorn's name of the bare app (a module of this
+    folder); ``env`` adds to the server's environment.
+    """
     port = free_port()
-    env = dict(os.environ)
+    env = dict(os.environ, **(env or {}))
     if config_path:
         env['CYBORG_CONFIG_FILES'] = config_path
     log_path = os.path.join(directory, '%s-%s.log' % (app, kind))
@@ -205,7 +210,7 @@ def start_server(kind, app, workers, directory, config_path=None):
         if app == 'cyborg':
             argv.append('cyborg.wsgi.api:application')
         else:
-            argv += ['--pythonpath', HERE, 'device_profiles:make_bare_app()']
+            argv += ['--pythonpath', HERE, bare_app]
     server = Server(argv, port, log_path, env)
     try:
         server.wait_ready()
@@ -395,9 +400,11 @@ def in_process_figures(config_path, profile_requests=0):
         def seen(*args):
             statements.append(args[2])
 
-        sa.event.listen(db.engine, 'before_cursor_execute', seen)
+        for engine in db.engines:
+            sa.event.listen(engine, 'before_cursor_execute', seen)
         client.get(PATH)
-        sa.event.remove(db.engine, 'before_cursor_execute', seen)
+        for engine in db.engines:
+            sa.event.remove(engine, 'before_cursor_execute', seen)
         count = 200
         start = time.perf_counter()
         for _ in range(count):

@@ -52,11 +52,13 @@ from tests import placement_service  # noqa: E402
 
 
 class Statements:
-    """SQL statements run on the engine (not BEGIN/COMMIT)."""
+    """SQL statements run on the engines (not BEGIN/COMMIT): those of a
+    ``Database`` are its ``engines``."""
 
-    def __init__(self, engine):
+    def __init__(self, *engines):
         self.count = 0
-        sa.event.listen(engine, 'before_cursor_execute', self._seen)
+        for engine in engines:
+            sa.event.listen(engine, 'before_cursor_execute', self._seen)
 
     def _seen(self, conn, cursor, statement, *args):
         if not statement.lstrip().upper().startswith(
@@ -93,7 +95,7 @@ def timed(call):
 
 
 def one_host(context, placement, db, sizes, repeat):
-    statements = Statements(db.engine)
+    statements = Statements(*db.engines)
     sync = host_sync_module.HostSync(placement.client())
     print('  one host, N devices (first report includes Placement; the '
           'unchanged report skips it):')
@@ -128,7 +130,7 @@ def one_host(context, placement, db, sizes, repeat):
 
 
 def many_hosts(context, db, hosts, devices, rounds):
-    statements = Statements(db.engine)
+    statements = Statements(*db.engines)
     reports = [host_report('node%04d.example.com' % i, devices)
                for i in range(hosts)]
     start = time.perf_counter()

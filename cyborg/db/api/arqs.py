@@ -12,6 +12,7 @@ per list, whatever its length.
 """
 
 import datetime
+import functools
 import random
 import uuid as uuidlib
 
@@ -83,19 +84,20 @@ def not_found(uuid):
 
 def list_arqs(context, project_id=None, instance_uuid=None, uuids=None,
               **page):
+    stmt = _scoped(_view_select(), project_id)
+    if instance_uuid is not None:
+        stmt = stmt.where(ARQ.instance_uuid == instance_uuid)
+    if uuids is not None:
+        stmt = stmt.where(ARQ.uuid.in_(list(uuids)))
+    if not page:
+        # One SELECT: on its own, as ``read_rows`` runs them.
+        return [dict(row._mapping) for row in context.db.read_rows(
+            context, stmt.order_by(ARQ.id))]
     with context.db.read_connection(context) as connection:
-        stmt = _scoped(_view_select(), project_id)
-        if instance_uuid is not None:
-            stmt = stmt.where(ARQ.instance_uuid == instance_uuid)
-        if uuids is not None:
-            stmt = stmt.where(ARQ.uuid.in_(list(uuids)))
-        if page:
-            # Another project's ARQ is no marker: as an unknown uuid.
-            stmt = pagination.paginate(
-                connection, stmt, ARQ, visible=None if project_id is None
-                else ARQ.project_id == project_id, **page)
-        else:
-            stmt = stmt.order_by(ARQ.id)
+        # Another project's ARQ is no marker: as an unknown uuid.
+        stmt = pagination.paginate(
+            connection, stmt, ARQ, visible=None if project_id is None
+            else ARQ.project_id == project_id, **page)
         return [dict(row._mapping)
                 for row in connection.execute(stmt)]
 
@@ -149,14 +151,24 @@ def _units(groups):
                 if key.startswith('resources:')) for group in groups]
 
 
+# Built once: statements cost more to build than to run on MariaDB. Core
+# statements on the session's connection: no ORM object is involved.
+_PROFILE_BY_NAME = sa.select(Profile.id, Profile.name,
+                             Profile.profile_json).where(
+    Profile.name == sa.bindparam('name'))
+_INSERT_ARQ = sa.insert(ARQ.__table__)
+
+
 def create_arqs(context, profile_name, project_id):
     """One Initial ARQ per unit of every resource of every group, all in
     one transaction; returns them as views."""
     now = models.utcnow()
-    with context.db.writer(context) as session:
-        profile = session.execute(
-            sa.select(Profile.id, Profile.name, Profile.profile_json).where(
-                Profile.name == profile_name)).one_or_none()
+    # No transaction: the profile is read, then one INSERT of every row
+    # commits on its own (a profile deleted in between fails it on the
+    # foreign key, as it would inside a transaction).
+    with context.db.autocommit_connection(context) as connection:
+        profile = connection.execute(
+            _PROFILE_BY_NAME, {'name': profile_name}).one_or_none()
         if profile is None:
             raise exception.NotFound(
                 'No device profile named %r exists.' % profile_name,
@@ -181,7 +193,7 @@ def create_arqs(context, profile_name, project_id):
                  'device_profile_group_id': index, 'created_at': now}
                 for index, count in enumerate(counts)
                 for _ in range(count)]
-        session.execute(sa.insert(ARQ), rows)
+        connection.execute(_INSERT_ARQ, rows)
     return [{'uuid': r['uuid'], 'state': r['state'],
              'device_profile_group_id': r['device_profile_group_id'],
              'hostname': None, 'device_rp_uuid': None,
@@ -791,6 +803,26 @@ class ServiceTokenRequired(exception.Forbidden):
     code = 'cyborg.arq.service_token_required'
 
 
+@functools.cache
+def _deleting(by_uuids, scoped):
+    """The ARQs ``delete_arqs`` is asked for, locked; built once for each
+    form (by uuids or by instance, in a project or in all)."""
+    stmt = (sa.select(ARQ.id, ARQ.uuid, ARQ.instance_uuid,
+                      ARQ.attach_handle_id, Handle.attach_type)
+            .select_from(ARQ)
+            .outerjoin(Handle, Handle.id == ARQ.attach_handle_id))
+    if scoped:
+        stmt = stmt.where(ARQ.project_id == sa.bindparam('project'))
+    return stmt.where(
+        ARQ.uuid.in_(sa.bindparam('uuids', expanding=True)) if by_uuids
+        else ARQ.instance_uuid == sa.bindparam('instance')).order_by(
+        ARQ.id).with_for_update(of=ARQ)
+
+
+_DELETE_ARQS = sa.delete(ARQ.__table__).where(
+    ARQ.id.in_(sa.bindparam('ids', expanding=True)))
+
+
 @_retry_on_deadlock
 def delete_arqs(context, uuids=None, instance_uuid=None, project_id=None,
                 allow_bound=True, describe=False):
@@ -804,17 +836,11 @@ def delete_arqs(context, uuids=None, instance_uuid=None, project_id=None,
     invisible and needs no recovery. Unless ``allow_bound``, an ARQ bound
     to an instance refuses the whole request (ServiceTokenRequired).
     """
-    with context.db.writer(context) as session:
-        where = (ARQ.uuid.in_(list(uuids)) if uuids is not None
-                 else ARQ.instance_uuid == instance_uuid)
-        rows = session.execute(
-            _scoped(sa.select(ARQ.id, ARQ.uuid, ARQ.instance_uuid,
-                              ARQ.attach_handle_id, Handle.attach_type)
-                    .select_from(ARQ)
-                    .outerjoin(Handle, Handle.id == ARQ.attach_handle_id),
-                    project_id)
-            .where(where).order_by(ARQ.id)
-            .with_for_update(of=ARQ)).all()
+    with context.db.write_connection(context) as connection:
+        rows = connection.execute(
+            _deleting(uuids is not None, project_id is not None),
+            {'uuids': list(uuids or ()), 'instance': instance_uuid,
+             'project': project_id}).all()
         if uuids is not None:
             _check_all_found(rows, uuids)
         bound = [r.uuid for r in rows if r.instance_uuid is not None]
@@ -825,14 +851,14 @@ def delete_arqs(context, uuids=None, instance_uuid=None, project_id=None,
         deferred = [r for r in rows if r.attach_type in PREPARED_ON_HOST]
         now = [r for r in rows if r.attach_type not in PREPARED_ON_HOST]
         if deferred:
-            session.execute(sa.update(ARQ).where(
+            connection.execute(sa.update(ARQ).where(
                 ARQ.id.in_([r.id for r in deferred])).values(
                 state=states.DELETING))
-        deleted = _views(session, now, describe)
+        # These take a session; a connection runs their statements alike.
+        deleted = _views(connection, now, describe)
         if now:
-            _free_handles(session, [r.attach_handle_id for r in now])
-            session.execute(sa.delete(ARQ).where(
-                ARQ.id.in_([r.id for r in now])))
+            _free_handles(connection, [r.attach_handle_id for r in now])
+            connection.execute(_DELETE_ARQS, {'ids': [r.id for r in now]})
         return deleted, [r.uuid for r in deferred]
 
 

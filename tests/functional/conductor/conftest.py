@@ -19,10 +19,11 @@ class WriteRecorder:
     host lock is an UPDATE that matches nothing).
     """
 
-    def __init__(self, engine):
-        self.engine = engine
+    def __init__(self, *engines):
+        self.engines = engines
         self.writes = []
-        sa.event.listen(engine, 'after_cursor_execute', self._seen)
+        for engine in engines:
+            sa.event.listen(engine, 'after_cursor_execute', self._seen)
 
     def _seen(self, conn, cursor, statement, parameters, context, many):
         words = statement.split()
@@ -42,12 +43,13 @@ class WriteRecorder:
         self.writes.clear()
 
     def close(self):
-        sa.event.remove(self.engine, 'after_cursor_execute', self._seen)
+        for engine in self.engines:
+            sa.event.remove(engine, 'after_cursor_execute', self._seen)
 
 
 @pytest.fixture
 def db_writes(db):
-    recorder = WriteRecorder(db.engine)
+    recorder = WriteRecorder(*db.engines)
     yield recorder
     recorder.close()
 

@@ -79,6 +79,21 @@ def _view(profile, base_url):
     }
 
 
+def _listed(rows, base_url):
+    """``_view`` of each row of ``db.listed_profiles``, in one loop:
+    a list's time goes here."""
+    timestamp = views.timestamp
+    groups_of = db.groups_of
+    link = views.self_link(base_url, 'device_profiles', '')[0]['href']
+    return [{'uuid': uuid, 'name': name, 'description': description,
+             'groups': groups_of(profile_json),
+             'created_at': timestamp(created_at),
+             'updated_at': timestamp(updated_at),
+             'links': [{'href': link + uuid, 'rel': 'self'}]}
+            for uuid, name, description, profile_json, created_at, updated_at
+            in rows]
+
+
 def _names(value, parameter):
     names = [n for n in value.split(',') if n] if value else []
     if not names:
@@ -97,10 +112,10 @@ class DeviceProfilesController(resource.ResourceController):
                                       {'name', 'created_at'})
         name = collection.single(params, 'name')
         names = _names(name, 'name') if name is not None else None
-        rows = db.list_profiles(request.context, names=names, **page)
-        base = views.base_url(request)
+        rows = db.listed_profiles(request.context, names=names, **page)
         return collection.listing(request, 'device_profiles',
-                                  [_view(p, base) for p in rows], page)
+                                  _listed(rows, views.base_url(request)),
+                                  page)
 
     @expose.json()
     def get_one(self, key, **params):
