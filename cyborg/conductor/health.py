@@ -19,6 +19,10 @@ their usage (``{address: {figure: value, ..., "observed_at"}}``).
   synced as for a disabled device (``HostSync.sync_host``, under the
   host's lock, each Placement call bounded by ``[placement] timeout``).
 
+At most ``HEARTBEAT_CONCURRENCY`` heartbeats of one conductor are at the
+database at once (the rest wait their turn), whatever the number of RPC
+threads: each holds a connection while it is there.
+
 A device is matched by its host and the PCI address of its control path;
 health of an address with no device row yet (before the host's first
 report) waits for the next heartbeat after the report.
@@ -55,6 +59,14 @@ from cyborg.notifications import emit
 from cyborg.notifications import notifier as notifier_module
 
 LOG = logging.getLogger(__name__)
+
+# Heartbeats one conductor handles at the database at once. Each holds a
+# database connection while it runs, and a fleet sends hundreds a second:
+# when the database slows down for a moment they would pile up, one
+# connection per RPC thread, and a few conductors together pass the
+# server's connection limit (MariaDB's default is 151), which fails
+# reports and binds too. A few at a time still write thousands a second.
+HEARTBEAT_CONCURRENCY = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +108,8 @@ class DeviceHealth:
     """
 
     def __init__(self, sync, membership=None, hold_down=300,
-                 down_after=None, notifier=None):
+                 down_after=None, notifier=None,
+                 concurrency=HEARTBEAT_CONCURRENCY):
         self.sync = sync
         self.notifier = (notifier if notifier is not None
                          else notifier_module.DISABLED)
@@ -107,6 +120,7 @@ class DeviceHealth:
         self._digests = {}  # hostname -> {address: (state, reason)}
         self._locks = collections.defaultdict(threading.Lock)
         self._lock = threading.Lock()
+        self._at_database = threading.BoundedSemaphore(concurrency)
 
     # -- heartbeats -------------------------------------------------------
 
@@ -119,8 +133,9 @@ class DeviceHealth:
         figures = {}
         if isinstance(usage, dict):
             figures = {'usage': usage, 'usage_at': _usage_at(usage)}
-        services_db.heartbeat(context, host, services_db.AGENT, version,
-                              rpc_version, **figures)
+        with self._at_database:
+            services_db.heartbeat(context, host, services_db.AGENT, version,
+                                  rpc_version, **figures)
         if health is None:  # an agent of an older release
             return []
         return self.record(context, host, _observed(host, health))
@@ -133,14 +148,16 @@ class DeviceHealth:
             digest = self._digests.get(hostname) if owned else None
             if digest == observed:
                 return []
-            if digest is None:
-                with context.db.read_connection(context) as connection:
-                    stored = health_db.read_host(connection, hostname)
-                if not _updates(stored, observed)[0]:
-                    self._remember(hostname, observed, owned)
-                    return []
-            self._forget(hostname)  # until the write commits
-            changes, quarantine_moved = _write(context, hostname, observed)
+            with self._at_database:
+                if digest is None:
+                    with context.db.read_connection(context) as connection:
+                        stored = health_db.read_host(connection, hostname)
+                    if not _updates(stored, observed)[0]:
+                        self._remember(hostname, observed, owned)
+                        return []
+                self._forget(hostname)  # until the write commits
+                changes, quarantine_moved = _write(context, hostname,
+                                                   observed)
             self._remember(hostname, observed, owned)
         announce_health_changes(self.notifier, context, hostname, changes)
         if quarantine_moved:

@@ -1,8 +1,13 @@
-"""Benchmark a fleet of conductors: agents' reports and binds at scale.
+"""Benchmark a fleet of conductors: agents' reports, heartbeats and binds,
+and a mass boot, at scale.
 
     python tools/bench/fleet.py [--conductors 1,3] [--hosts 1000]
-        [--devices 8] [--duration 30] [--threads 32] [--binds 1000]
-        [--bind-threads 20] [--placement-workers 2] [--max-runtime 900]
+        [--devices 8] [--duration 30] [--threads 32] [--steady 1,2]
+        [--steady-duration 30] [--binds 1000] [--bind-threads 20]
+        [--mass-boot 500] [--mass-boot-seconds 60]
+        [--mass-boot-clients 16] [--mass-boot-background 1]
+        [--placement-workers 2] [--phases ...] [--profile PHASE]
+        [--max-runtime 900]
 
 What runs, each a process of its own unless said otherwise:
 
@@ -28,13 +33,20 @@ What runs, each a process of its own unless said otherwise:
   traits, one attribute and one PCI attach handle per GPU), and Nova:
   it makes each host's compute-node provider in Placement first, spawns
   instances through the API and receives the conductors'
-  ``accelerator-request-bound`` events (``tests/nova_events.py``).
+  ``accelerator-request-bound`` events (``tests/nova_events.py``);
+- for the mass boot, Nova's own cyborg client (``nova.accelerator.
+  cyborg``) in ``--mass-boot-clients`` processes
+  (``tests/functional/clients/nova_arq_probe.py``, one step at a time
+  each).
 
 Agents are not run: for a report, all an agent does is one RPC call
 ``report_host_inventory`` (``cyborg.conductor.rpcapi.ConductorAPI`` over
 the real transport), to the conductor that the previous answer named as
-the host's owner, as agents do; and a bind of a PCI passthrough handle
-makes no agent call (only MDEV handles are prepared on the host).
+the host's owner, as agents do; for a heartbeat, one cast
+``agent_heartbeat`` to the owner, every device healthy, usage figures
+observed at the send (``tools/bench/heartbeat.py``'s payload); and a bind
+of a PCI passthrough handle makes no agent call (only MDEV handles are
+prepared on the host).
 
 The phases, for each number of conductors of ``--conductors`` in turn
 (the conductors are added to, or stopped down to, that number and every
@@ -49,7 +61,26 @@ one sees the same ring before anything is measured):
    reports/s, latency p50/p99 and the CPU seconds of the conductor
    processes per report (user + system from /proc/<pid>/stat, before and
    after), with MariaDB's and RabbitMQ's beside them.
-3. binds: a device profile of one PGPU and ``--binds`` ARQs are created
+3. steady: the agents on their timers, at the defaults of ``[agent]
+   report_interval`` (60 s) and ``heartbeat_interval`` (5 s), times each
+   multiple of ``--steady``: for 1,000 hosts, 16.7 reports and 200
+   heartbeats per second are needed. The hosts' timers are spread evenly
+   over the interval and each turn starts at its time whatever the
+   conductors' pace (an open load: ``started late`` says when this
+   process could not keep it). After one untimed heartbeat per host (the
+   services rows and the conductors' health digests made) and the
+   conductors' idle CPU, three windows of ``--steady-duration`` seconds:
+   reports alone (``paced report``: CPU per report), heartbeats alone
+   (``paced heartbeat``: CPU per heartbeat), then both at once
+   (``both``: the cores the conductors keep busy). A heartbeat counts as
+   done when the services row of its host holds its usage: a heartbeat
+   window ends when every host's last one is stored, so that per s is
+   what the conductors stored, not what was sent; a heartbeat queued
+   longer than ``service_down_time`` is dropped by the conductor and
+   counted (its logs). per s vs ``needed``: whether the conductors keep
+   up; the CPU per op counts the conductors' idle work too (printed
+   before the windows).
+4. binds: a device profile of one PGPU and ``--binds`` ARQs are created
    through the API (not timed); then ``--bind-threads`` Nova threads bind
    them, one instance each, spread over the hosts (instance i on host i
    mod hosts): PATCH, wait for Nova's event, GET ?instance=&bind_state=
@@ -57,10 +88,28 @@ one sees the same ring before anything is measured):
    -> resolved answer p50/p99. The ARQs are then removed in the database
    and the handles freed (a passthrough handle has nothing to release on
    the host), ready for the next number of conductors.
+5. mass boot: ``--mass-boot`` instances of one GPU each, started at a
+   steady rate over ``--mass-boot-seconds`` (500 over 60 s: 8.3 per
+   second), each at its time whatever the pace of the ones before (up to
+   ``--mass-boot-threads`` at once), while the agents report and
+   heartbeat at ``--mass-boot-background`` times their default rates
+   (rows ``meanwhile``). The GPUs are Placement's providers with a free
+   PGPU, read once before (the scheduler's part; no allocation is
+   claimed), instance i on host i mod hosts. Each instance, as Nova's
+   conductor and compute manager do it with Nova's client:
+   ``create_arqs_and_match_resource_providers`` (POST), ``bind_arqs``
+   (PATCH: host, device_rp_uuid, instance_uuid), Nova's event, and
+   ``get_arqs_for_instance(only_resolved=True)``, which must answer
+   Bound. Figures: boots per s achieved vs the target, bind PATCH sent ->
+   resolved ARQs answered p50/p99 (and -> event received), errors. The
+   ARQs are then removed in the database, as after binds.
 
 Latencies depend on what else runs on the machine; the CPU seconds per
 operation much less so. ``--phases`` picks phases; new workloads are new
-entries of ``PHASES``.
+entries of ``PHASES``. ``--profile PHASE`` runs the conductors under
+yappi (``tools/bench/profiled.py``: every thread, CPU time) and prints
+where their time went during that phase; the profiler slows them down
+several times, so the figures of that run are not comparable.
 """
 
 import argparse
@@ -71,6 +120,8 @@ import datetime
 import itertools
 import os
 import pathlib
+import pstats
+import queue
 import shutil
 import signal
 import sys
@@ -85,9 +136,11 @@ sys.path[:0] = [ROOT, HERE]
 
 import arqs as bench_arqs  # noqa: E402  (tools/bench)
 import device_profiles as bench_http  # noqa: E402  (tools/bench)
+import heartbeat as bench_heartbeat  # noqa: E402  (tools/bench)
 import inventory_report  # noqa: E402  (tools/bench)
 import sqlalchemy as sa  # noqa: E402
 
+from cyborg.conf import agent as agent_opts  # noqa: E402
 from cyborg.db import migration  # noqa: E402
 from cyborg.db import models  # noqa: E402
 from tests import db_servers  # noqa: E402
@@ -101,6 +154,11 @@ SERVICE_DOWN_TIME = 6
 RPC_TIMEOUT = 60
 PLACEMENT_THREADS = 4
 MYSQL_PROCESSES = bench_arqs.DB_PROCESSES['mysql']
+# What an agent does by default: a report every minute, a heartbeat
+# every 5 seconds.
+_AGENT_DEFAULTS = {opt.name: opt.default for opt in agent_opts.opts}
+REPORT_INTERVAL = _AGENT_DEFAULTS['report_interval']
+AGENT_HEARTBEAT_INTERVAL = _AGENT_DEFAULTS['heartbeat_interval']
 
 
 # Not an Exception: nothing on the way may swallow it.
@@ -190,6 +248,7 @@ class Fleet:
         self.owners = {}  # hostname -> the conductor that owns it
         self.reported = False
         self.profile_made = False
+        self.novas = None  # NovaPool, started by the mass boot
 
     def _later(self, step):
         self._cleanup.append(step)
@@ -248,6 +307,7 @@ class Fleet:
             'plc': bench_arqs.process_tree(self.placement.proc.pid),
             'api': bench_arqs.process_tree(self.api.proc.pid),
             'gen': lambda: [bench_arqs.psutil.Process()],
+            'nova': self._nova_processes,
         })
         self._rpc_client()
         print('set up in %.1f s: Placement %s (%d x %d threads), API port %d, '
@@ -294,6 +354,13 @@ class Fleet:
                                                  timeout=RPC_TIMEOUT)
         self.context = cyborg_context.admin_context(None)
 
+    def _nova_processes(self):
+        found = []
+        for pid in self.novas.pids() if self.novas else ():
+            with contextlib.suppress(bench_arqs.psutil.Error):
+                found.append(bench_arqs.psutil.Process(pid))
+        return found
+
     # -- conductors
 
     def _conductor_processes(self):
@@ -316,8 +383,13 @@ class Fleet:
             conf = self.directory / ('%s.conf' % host)
             log = self.directory / ('%s.log' % host)
             conf.write_text(service_config(self, host, log))
+            argv = [command, '--config-file', str(conf)]
+            if self.args.profile:
+                argv[:1] = [sys.executable, os.path.join(HERE, 'profiled.py'),
+                            str(self.directory / ('%s.prof' % host)),
+                            'cyborg.cmd.conductor:main']
             server = bench_http.Server(
-                [command, '--config-file', str(conf)], None,
+                argv, None,
                 str(self.directory / ('%s.out' % host)), self.env)
             self.conductors[host] = server
             self._later(server.stop)
@@ -332,6 +404,37 @@ class Fleet:
         # Each conductor reads the live set at its next heartbeat, the API
         # every 3 s.
         time.sleep(HEARTBEAT_INTERVAL + 3)
+
+    @contextlib.contextmanager
+    def profiling(self, name):
+        """Profile the conductors (``--profile``) while in the block;
+        print where their CPU time went."""
+        if self.args.profile != name:
+            yield
+            return
+        for server in self.conductors.values():
+            os.kill(server.proc.pid, signal.SIGUSR1)
+        try:
+            yield
+        finally:
+            paths = []
+            for host, server in self.conductors.items():
+                path = self.directory / ('%s.prof' % host)
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                os.kill(server.proc.pid, signal.SIGUSR2)
+                paths.append(path)
+            deadline = time.monotonic() + 60
+            while not all(p.exists() for p in paths) and (
+                    time.monotonic() < deadline):
+                time.sleep(0.5)
+            time.sleep(1)  # written
+            stats = pstats.Stats(*[str(p) for p in paths if p.exists()],
+                                 stream=sys.stdout)
+            print('--- the conductors\' CPU time during %s (yappi, all '
+                  'threads, %d processes):' % (name, len(paths)))
+            stats.sort_stats('tottime').print_stats(30)
+            stats.sort_stats('cumulative').print_stats(60)
 
     def _live_conductors(self):
         table = models.Service.__table__
@@ -386,10 +489,12 @@ class Row:
 
     def line(self):
         lat = sorted(self.latencies)
+        # The Nova client processes show only where they ran.
         per_op = ' '.join('%s %.2f' % (name, seconds * 1e3 / self.count)
                           for name, seconds in self.cpu.items()
+                          if name != 'nova' or seconds
                           ) if self.count else ''
-        return '  %-18s %5d %7d %7.1f %8.1f %8.1f %8.1f %6d  %s%s' % (
+        return '  %-20s %5d %7d %7.1f %8.1f %8.1f %8.1f %6d  %s%s' % (
             self.phase, self.conductors, self.count, self.seconds,
             self.count / self.seconds if self.seconds else 0.0,
             bench_arqs.percentile(lat, 50) * 1e3,
@@ -397,7 +502,7 @@ class Row:
             ('; ' + self.note) if self.note else '')
 
 
-HEADER = '  %-18s %5s %7s %7s %8s %8s %8s %6s  %s' % (
+HEADER = '  %-20s %5s %7s %7s %8s %8s %8s %6s  %s' % (
     'phase', 'cond', 'n', 'wall s', 'per s', 'p50 ms', 'p99 ms', 'errors',
     'CPU ms per op')
 
@@ -659,8 +764,501 @@ def reset_arqs(fleet):
         conn.execute(sa.update(models.AttachHandle).values(in_use=False))
 
 
+# --- paced load: agents on their timers, instances at their boot times -----
+
+@dataclasses.dataclass
+class Paced:
+    """What ``paced`` ran: each op's sample, how late each started."""
+
+    samples: list
+    late: list  # seconds between an op's time and its start
+    errors: Errors
+    started: float  # perf_counter of offset 0
+    ended: float  # perf_counter when the last op ended
+
+    @property
+    def count(self):
+        return len(self.samples)
+
+
+def paced(schedule, threads, op):
+    """``op(item)`` for each ``(offset, item)`` of ``schedule`` (sorted;
+    seconds from now), at its time or, when all ``threads`` are busy, as
+    soon as one is free: an open load, which does not slow down when the
+    service does (the late starts say so). ``op`` returns
+    ``(sample, error)``."""
+    lock = threading.Lock()
+    pending = iter(schedule)
+    result = Paced([], [], Errors(), time.perf_counter(), 0.0)
+
+    def work():
+        while True:
+            with lock:
+                entry = next(pending, None)
+            if entry is None:
+                return
+            offset, item = entry
+            due = result.started + offset
+            delay = due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            begin = time.perf_counter()
+            try:
+                sample, error = op(item)
+            except Exception as exc:  # counted and shown, not hidden
+                sample, error = None, '%s: %s' % (type(exc).__name__, exc)
+            end = time.perf_counter()
+            with lock:
+                result.late.append(begin - due)
+                result.ended = max(result.ended, end)
+                if error:
+                    result.errors.add(error)
+                else:
+                    result.samples.append(sample)
+
+    workers = [threading.Thread(target=work, daemon=True)
+               for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return result
+
+
+def every(names, interval, seconds):
+    """``(offset, name)`` of each host's turns within ``seconds``, every
+    ``interval`` seconds, the hosts' timers spread evenly over it."""
+    turns = []
+    for index, name in enumerate(names):
+        offset = interval * index / len(names)
+        while offset < seconds:
+            turns.append((offset, name))
+            offset += interval
+    return sorted(turns, key=lambda turn: turn[0])
+
+
+class Heartbeats:
+    """The agents' heartbeat casts: every device healthy, usage figures
+    observed now (``tools/bench/heartbeat.py``'s), to the host's owner."""
+
+    def __init__(self, fleet, agents):
+        self.fleet = fleet
+        self.healthy = dict.fromkeys(
+            bench_heartbeat.addresses(fleet.args.devices), 'healthy')
+        self.names = agents.names
+        self.lock = threading.Lock()
+        self.last_sent = {}  # hostname -> observed_at of its last one
+
+    def send(self, name):
+        now = time.time()
+        payload = bench_heartbeat.heartbeat(self.healthy, now)
+        start = time.perf_counter()
+        self.fleet.conductor_api.agent_heartbeat(
+            self.fleet.context, name, bench_heartbeat.VERSION,
+            bench_heartbeat.RPC_VERSION, server=self.fleet.owners.get(name),
+            **payload)
+        with self.lock:
+            self.last_sent[name] = now
+        return time.perf_counter() - start, None
+
+    def behind(self):
+        """The hosts whose services row lacks their last heartbeat."""
+        table = models.Service.__table__
+        with self.fleet.engine.connect() as conn:
+            rows = conn.execute(sa.select(table.c.host, table.c.usage).where(
+                table.c.binary == 'cyborg-agent')).all()
+        stored = {host: next(iter(usage.values()), {}).get('observed_at')
+                  for host, usage in rows if usage}
+        with self.lock:
+            return [name for name, sent in self.last_sent.items()
+                    if stored.get(name) != sent]
+
+    def wait_stored(self, timeout=60):
+        """perf_counter when every host's last heartbeat was seen stored
+        (polled every 0.2 s), None if not within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while self.behind():
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.2)
+        return time.perf_counter()
+
+    def warm_up(self, rounds=10):
+        """Heartbeats until every host's is stored, untimed: the services
+        rows inserted and the conductors' digests of the hosts' health
+        made. A first heartbeat writes its devices' health: the
+        conductors may fall behind and drop some as stale, whose hosts
+        send again, as agents do at their next interval."""
+        started = time.monotonic()
+        names = self.names
+        for _ in range(rounds):
+            turns = every(names, AGENT_HEARTBEAT_INTERVAL,
+                          AGENT_HEARTBEAT_INTERVAL)
+            run = paced(turns, 8, self.send)
+            print_errors('heartbeats (warm-up)', run.errors)
+            self.wait_stored(timeout=SERVICE_DOWN_TIME + 2)
+            names = self.behind()
+            if not names:
+                return time.monotonic() - started
+        raise RuntimeError('%d hosts\' heartbeats not stored after %d '
+                           'rounds' % (len(names), rounds))
+
+
+class ConnectionPeak:
+    """The most connections to the service's database at once (the
+    conductors', the API's and this process's, this sampler's one
+    included), read from the server's process list every 0.5 s while in
+    the ``with`` block: each conductor may open one per RPC thread busy
+    with the database, and the server has a limit (MariaDB's
+    ``max_connections``, 151 by default, for all of its databases)."""
+
+    def __init__(self, fleet):
+        self.fleet = fleet
+        self.engine = fleet.engine
+        self.peak = 0
+        self.holders = ''  # who held them at the peak
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self):
+        clients = sa.text('SELECT host FROM information_schema.processlist '
+                          'WHERE db = :db')
+        with self.engine.connect() as conn:
+            while True:
+                hosts = conn.execute(clients, {
+                    'db': self.engine.url.database}).scalars().all()
+                conn.rollback()
+                if len(hosts) > self.peak:
+                    self.peak = len(hosts)
+                    self.holders = self._holders(hosts)
+                if self._stop.wait(0.5):
+                    return
+
+    def _holders(self, hosts):
+        """'conductor-0 12, api 3, ...' of the server's client addresses
+        (``host:port``), by the local process whose port it is."""
+        labels = {os.getpid(): 'gen'}
+        for name, server in list(self.fleet.conductors.items()) + [
+                ('api', self.fleet.api)]:
+            for process in bench_arqs.process_tree(server.proc.pid)():
+                labels[process.pid] = name
+        owners = {}
+        with contextlib.suppress(bench_arqs.psutil.Error):
+            for connection in bench_arqs.psutil.net_connections('tcp'):
+                if connection.laddr and connection.pid:
+                    owners[connection.laddr.port] = labels.get(
+                        connection.pid, 'other')
+        counts = {}
+        for host in hosts:
+            port = host.rpartition(':')[2]
+            label = owners.get(int(port), 'other') if port.isdigit() else (
+                'other')
+            counts[label] = counts.get(label, 0) + 1
+        return ', '.join('%s %d' % item for item in sorted(counts.items()))
+
+
+def stale_drops(fleet):
+    """Heartbeats the conductors dropped as too old, so far (their logs)."""
+    return sum(path.read_text(errors='replace').count(
+        'Dropping a heartbeat') for path in fleet.directory.glob(
+        'conductor-*.log'))
+
+
+def agent_load(fleet, agents, heartbeats, multiple, seconds, reports=True,
+               beats=True):
+    """The agents on their timers for ``seconds``: each host reports
+    every ``[agent] report_interval`` and heartbeats every ``[agent]
+    heartbeat_interval`` seconds (defaults), ``multiple`` times as often.
+    Returns ({'report'|'heartbeat': Paced}, stale drops); a heartbeat
+    run ends when the last heartbeat of every host is stored."""
+    runs = {}
+    dropped = stale_drops(fleet)
+
+    def report(name):
+        start = time.perf_counter()
+        answer = fleet.report(name, agents.reports[name])
+        if answer.get('changed'):
+            return None, 'the report of %s changed something' % name
+        return time.perf_counter() - start, None
+
+    def run(kind, interval, threads, op):
+        runs[kind] = paced(every(agents.names, interval / multiple, seconds),
+                           threads, op)
+
+    workers = []
+    if reports:
+        workers.append(threading.Thread(
+            target=run, daemon=True, args=('report', REPORT_INTERVAL,
+                                           fleet.args.threads, report)))
+    if beats:
+        workers.append(threading.Thread(
+            target=run, daemon=True,
+            args=('heartbeat', AGENT_HEARTBEAT_INTERVAL, 8,
+                  heartbeats.send)))
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    if beats:
+        stored = heartbeats.wait_stored()
+        hb = runs['heartbeat']
+        if stored is None:
+            hb.errors.add('%d hosts\' last heartbeats not stored within '
+                          '60 s' % len(heartbeats.behind()))
+        else:
+            hb.ended = stored
+    return runs, stale_drops(fleet) - dropped
+
+
+def needed(kind, hosts, multiple):
+    interval = (REPORT_INTERVAL if kind == 'report'
+                else AGENT_HEARTBEAT_INTERVAL)
+    return hosts * multiple / interval
+
+
+def load_rows(label, runs, dropped, cpu, conductors, hosts, multiple,
+              connections=None):
+    """A row per kind of ``runs``; the CPU per op where one kind ran
+    alone, the cores the conductors kept busy and the peak of database
+    connections in the note."""
+    rows = []
+    for kind, run in sorted(runs.items(),
+                            key=lambda item: item[0] != 'report'):
+        wall = run.ended - run.started
+        late = bench_arqs.percentile(sorted(run.late), 99)
+        note = 'x%g: needed %.1f/s; started late p99 %.0f ms' % (
+            multiple, needed(kind, hosts, multiple), late * 1e3)
+        if kind == 'heartbeat':
+            note += ('; latency: the cast; %d dropped as stale'
+                     % dropped)
+        if cpu and not rows:
+            note += '; conductors %.2f cores busy' % (cpu['cond'] / wall)
+        if connections and not rows:
+            note += '; database connections peak %d (%s)' % (
+                connections.peak, connections.holders)
+        print_errors('%s %ss' % (label, kind), run.errors)
+        rows.append(Row('%s %s' % (label, kind), conductors, run.count,
+                        wall, run.samples, run.errors.count,
+                        cpu if len(runs) == 1 else {}, note))
+    return rows
+
+
+def steady(fleet, agents, conductors):
+    """Phase 3: the agents at their default intervals (times each of
+    ``--steady``): reports alone, heartbeats alone, then both."""
+    args = fleet.args
+    heartbeats = Heartbeats(fleet, agents)
+    warm = heartbeats.warm_up()
+    settle(fleet)
+    before = fleet.cpu.snapshot()
+    time.sleep(5)
+    idle = fleet.cpu.since(before)['cond'] / 5
+    print('  (untimed) every host\'s first heartbeat stored in %.1f s; the '
+          'conductors idle use %.3f cores' % (warm, idle), flush=True)
+    rows = []
+    for multiple in args.steady:
+        for label, reports, beats in (('paced', True, False),
+                                      ('paced', False, True),
+                                      ('both', True, True)):
+            settle(fleet)
+            before = fleet.cpu.snapshot()
+            with ConnectionPeak(fleet) as connections:
+                runs, dropped = agent_load(fleet, agents, heartbeats,
+                                           multiple, args.steady_duration,
+                                           reports, beats)
+            rows += load_rows(label, runs, dropped, fleet.cpu.since(before),
+                              conductors, len(agents.names), multiple,
+                              connections)
+    return rows
+
+
+# --- the mass boot -----------------------------------------------------------
+
+@dataclasses.dataclass
+class Boot:
+    """One instance's times, in seconds."""
+
+    create: float  # Nova's create_arqs_and_match_resource_providers
+    event: float  # bind PATCH sent -> Nova's event received
+    resolved: float  # bind PATCH sent -> the resolved ARQs answered
+
+
+def placement_targets(fleet, count):
+    """``count`` (compute node name, GPU provider uuid), as Nova's
+    scheduler finds them in Placement: providers with a free PGPU, host by
+    host in turn (instance i on host i mod hosts)."""
+    def get(params=None):
+        response = fleet.placement_adapter.get(
+            '/resource_providers', params=params, microversion='1.14',
+            raise_exc=False)
+        if response.status_code != 200:
+            raise RuntimeError('Placement: %s %s' % (response.status_code,
+                                                     response.text[:200]))
+        return response.json()['resource_providers']
+
+    names = {rp['uuid']: rp['name'] for rp in get()}
+    gpus = sorted((names[rp['root_provider_uuid']], rp['name'], rp['uuid'])
+                  for rp in get({'resources': 'PGPU:1'}))
+    by_host = {}
+    for host, _, rp_uuid in gpus:
+        by_host.setdefault(host, []).append((host, rp_uuid))
+    spread = [t for group in itertools.zip_longest(*by_host.values())
+              for t in group if t is not None]
+    if len(spread) < count:
+        raise RuntimeError('%d instances asked for, Placement has %d free '
+                           'GPUs' % (count, len(spread)))
+    return spread[:count]
+
+
+class NovaPool:
+    """Nova's own cyborg client (``nova.accelerator.cyborg``) in
+    ``size`` processes (``tests/functional/clients/nova_arq_probe.py``),
+    each taken by one step at a time."""
+
+    def __init__(self, fleet, size):
+        started = time.monotonic()
+        self.processes = [bench_arqs.NovaProcess(fleet.directory, i)
+                          for i in range(size)]
+        self.free = queue.Queue()
+        for process in self.processes:
+            # Each waits until its Nova is imported: all import at once.
+            process.connect('http://127.0.0.1:%d/v2' % fleet.api.port)
+            self.free.put(process)
+        print('  (untimed) %d Nova client processes ready in %.1f s'
+              % (size, time.monotonic() - started), flush=True)
+
+    def ask(self, op, **arguments):
+        process = self.free.get()
+        try:
+            return process.ask(op, **arguments)
+        finally:
+            self.free.put(process)
+
+    def pids(self):
+        return [p.process.pid for p in self.processes]
+
+    def close(self):
+        for process in self.processes:
+            process.close()
+
+
+def boot(fleet, novas, target):
+    """One instance, as Nova's conductor and compute manager take it
+    through its ARQs: create them matched to the GPU's provider, bind
+    them to the compute node, wait for the event, read the resolved
+    ARQs. Returns (Boot, None) or (None, error)."""
+    hostname, rp_uuid = target
+    instance = str(uuid.uuid4())
+    start = time.perf_counter()
+    got = novas.ask('create', dp_name=PROFILE,
+                    rg_rp_map={'device_profile_0': [rp_uuid]})
+    if 'error' in got:
+        return None, 'create: %s' % got['message'][:160]
+    arqs = got['arqs']
+    waiter = fleet.nova.expect(instance)
+    try:
+        bind_start = time.perf_counter()
+        got = novas.ask('bind', bindings={
+            arq['uuid']: {'hostname': hostname,
+                          'device_rp_uuid': arq['device_rp_uuid'],
+                          'instance_uuid': instance} for arq in arqs})
+        if 'error' in got:
+            return None, 'bind: %s' % got['message'][:160]
+        if not waiter.wait(bench_arqs.EVENT_TIMEOUT):
+            return None, 'no event for %s within %ds' % (
+                instance, bench_arqs.EVENT_TIMEOUT)
+        evented = time.perf_counter()
+        if waiter.received.status != 'completed':
+            return None, 'Nova was told %s' % waiter.received.status
+        got = novas.ask('arqs', instance_uuid=instance, only_resolved=True)
+        resolved = time.perf_counter()
+    finally:
+        fleet.nova.forget(instance)
+    if 'error' in got:
+        return None, 'resolved: %s' % got['message'][:160]
+    states = [a['state'] for a in got['arqs']]
+    if states != ['Bound'] * len(arqs):
+        return None, 'ARQs of %s resolved as %s' % (instance, states)
+    return Boot(bind_start - start, evented - bind_start,
+                resolved - bind_start), None
+
+
+def mass_boot(fleet, agents, conductors):
+    """Phase 5: ``--mass-boot`` instances of one GPU each, booted at a
+    steady rate over ``--mass-boot-seconds``, through Nova's client, the
+    agents' reports and heartbeats going on at ``--mass-boot-background``
+    times their default rates."""
+    args = fleet.args
+    if not args.mass_boot:
+        return []
+    ensure_profile(fleet)
+    targets = placement_targets(fleet, args.mass_boot)
+    if fleet.novas is None:
+        fleet.novas = NovaPool(fleet, args.mass_boot_clients)
+        fleet._later(fleet.novas.close)
+    heartbeats = Heartbeats(fleet, agents)
+    multiple = args.mass_boot_background
+    if multiple:
+        heartbeats.warm_up()
+    settle(fleet)
+    interval = args.mass_boot_seconds / args.mass_boot
+    schedule = [(i * interval, target) for i, target in enumerate(targets)]
+    background = {}
+
+    def agents_meanwhile():
+        background['runs'] = agent_load(fleet, agents, heartbeats, multiple,
+                                        args.mass_boot_seconds)
+
+    other = threading.Thread(target=agents_meanwhile, daemon=True)
+    before = fleet.cpu.snapshot()
+    with ConnectionPeak(fleet) as connections:
+        if multiple:
+            other.start()
+        run = paced(schedule, args.mass_boot_threads,
+                    lambda target: boot(fleet, fleet.novas, target))
+        if multiple:
+            other.join()
+    cpu = fleet.cpu.since(before)
+    print_errors('mass boot', run.errors)
+    reset_arqs(fleet)
+    boots = run.samples
+
+    def ms(values, p):
+        return bench_arqs.percentile(sorted(values), p) * 1e3
+
+    wall = run.ended - run.started
+    rows = [Row(
+        'mass boot', conductors, run.count, wall,
+        [b.resolved for b in boots], run.errors.count, cpu,
+        'target %.1f/s; latency: bind PATCH -> resolved ARQs; bind -> '
+        'event p50 %.0f p99 %.0f ms; create p50 %.0f p99 %.0f ms; started '
+        'late p99 %.0f ms; %d Nova client processes; conductors %.2f '
+        'cores busy; database connections peak %d (%s)%s' % (
+            args.mass_boot / args.mass_boot_seconds,
+            ms([b.event for b in boots], 50), ms([b.event for b in boots], 99),
+            ms([b.create for b in boots], 50),
+            ms([b.create for b in boots], 99), ms(run.late, 99),
+            args.mass_boot_clients, cpu['cond'] / wall, connections.peak,
+            connections.holders,
+            '; CPU per boot with the agents\' meanwhile' if multiple
+            else ''))]
+    if multiple:
+        runs, dropped = background['runs']
+        rows += load_rows('meanwhile', runs, dropped, {}, conductors,
+                          len(agents.names), multiple)
+    return rows
+
+
 PHASES = {'first': first_reports, 'unchanged': unchanged_reports,
-          'binds': binds}
+          'steady': steady, 'binds': binds, 'massboot': mass_boot}
 
 
 def settle(fleet, idle=0.2, window=2.0, timeout=180):
@@ -700,7 +1298,9 @@ def bench(args):
             print(HEADER)
             for name in args.phases:
                 settle(fleet)
-                for row in PHASES[name](fleet, agents, count):
+                with fleet.profiling(name):
+                    phase_rows = PHASES[name](fleet, agents, count)
+                for row in phase_rows:
                     print(row.line(), flush=True)
                     rows.append(row)
         return rows, os.getloadavg()
@@ -724,8 +1324,14 @@ def print_summary(rows, load, args):
           'work on the machine shares the cores)' % load)
     print('  CPU ms per op: the conductors (cond), MariaDB (db) and '
           'RabbitMQ (mq), both shared with anything else running, '
-          'Placement (plc), the API (api) and this process (gen: the '
-          'agents and Nova).')
+          'Placement (plc), the API (api), this process (gen: the '
+          'agents and Nova\'s events) and Nova\'s client processes '
+          '(nova); a window of both kinds (both, meanwhile) says the '
+          'cores the conductors kept busy instead.')
+    print('  per s: done over the wall time; a heartbeat is done once its '
+          'usage is in its host\'s services row. The agents\' defaults: '
+          'a report every %d s, a heartbeat every %d s (needed: hosts / '
+          'interval).' % (REPORT_INTERVAL, AGENT_HEARTBEAT_INTERVAL))
 
 
 def parse_args(argv):
@@ -733,6 +1339,9 @@ def parse_args(argv):
 
     def numbers(text):
         return [int(n) for n in text.split(',') if n]
+
+    def multiples(text):
+        return [float(n) for n in text.split(',') if n]
 
     parser.add_argument('--conductors', default='1,3', type=numbers,
                         help='numbers of conductor processes, in turn')
@@ -748,9 +1357,31 @@ def parse_args(argv):
                         help='instances bound per number of conductors')
     parser.add_argument('--bind-threads', type=int, default=20,
                         help='instances being bound at the same time')
+    parser.add_argument('--steady', default='1', type=multiples,
+                        help='multiples of the agents\' default report '
+                             'and heartbeat rates, in turn')
+    parser.add_argument('--steady-duration', type=float, default=30.0,
+                        help='seconds of each steady window')
+    parser.add_argument('--mass-boot', type=int, default=500,
+                        help='instances of the mass boot (0: none)')
+    parser.add_argument('--mass-boot-seconds', type=float, default=60.0,
+                        help='seconds over which they are booted')
+    parser.add_argument('--mass-boot-clients', type=int, default=16,
+                        help='processes of Nova\'s cyborg client')
+    parser.add_argument('--mass-boot-threads', type=int, default=100,
+                        help='instances being booted at the same time, '
+                             'at most')
+    parser.add_argument('--mass-boot-background', type=float, default=1.0,
+                        help='the agents\' reports and heartbeats during '
+                             'the mass boot, as a multiple of their '
+                             'default rates (0: none)')
     parser.add_argument('--placement-workers', type=int, default=2)
     parser.add_argument('--phases', default=','.join(PHASES),
                         help='a comma list of %s' % ', '.join(PHASES))
+    parser.add_argument('--profile', choices=list(PHASES),
+                        help='profile the conductors (yappi, every thread) '
+                             'during this phase and print where their CPU '
+                             'time went')
     parser.add_argument('--max-runtime', type=int, default=900,
                         help='give up after this many seconds')
     args = parser.parse_args(argv)
@@ -759,6 +1390,9 @@ def parse_args(argv):
         parser.error('--phases takes %s' % ', '.join(PHASES))
     if args.binds > args.hosts * args.devices:
         args.binds = args.hosts * args.devices
+    if args.mass_boot > args.hosts * args.devices:
+        parser.error('--mass-boot: %d GPUs in all' % (args.hosts
+                                                      * args.devices))
     return args
 
 

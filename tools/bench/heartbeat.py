@@ -155,7 +155,7 @@ def conductor_bench(args):
                                                   hostname)
             conductor.sync.sync_host(context, hostname, [hostname])
 
-        statements = inventory_report.Statements(db.engine)
+        statements = inventory_report.Statements(*db.engines)
         cpu = bench_arqs.CpuMeter({
             'cond': lambda: [bench_arqs.psutil.Process()],
             'db': bench_arqs.processes_named(

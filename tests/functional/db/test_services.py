@@ -1,8 +1,12 @@
 """The services table on the three engines, and the conductors' hash ring
 read from it (``cyborg.conductor.membership``)."""
 
+import contextlib
 import datetime
 import logging
+
+import pytest
+import sqlalchemy as sa
 
 from cyborg.conductor import membership as membership_mod
 from cyborg.db import models
@@ -44,6 +48,83 @@ def test_heartbeat_inserts_once_then_updates(admin_context, db):
     # A heartbeat without an RPC version keeps the one recorded.
     assert (again.version, again.rpc_version) == ('1.1', '1.4')
     assert again.updated_at is not None
+
+
+def test_heartbeat_is_one_update_with_its_figures(admin_context,
+                                                  sql_counter):
+    usage = {'0000:10:00.0': {'gpu_util_percent': 7, 'observed_at': 1.5}}
+    usage_at = datetime.datetime(2030, 1, 2, 3, 4, 5)
+    services_db.heartbeat(admin_context, 'h', AGENT, '1.0', '1.1',
+                          usage=usage, usage_at=usage_at)
+    sql_counter.reset()
+
+    services_db.heartbeat(admin_context, 'h', AGENT, '1.2', usage={},
+                          usage_at=usage_at)
+    services_db.heartbeat(admin_context, 'h', AGENT, '1.3', usage=usage,
+                          usage_at=usage_at)
+    # The same again, most likely within the same second: a row the
+    # UPDATE leaves as it was still counts as found (no INSERT).
+    services_db.heartbeat(admin_context, 'h', AGENT, '1.3', usage=usage,
+                          usage_at=usage_at)
+
+    assert [s.split()[0] for s in sql_counter.statements] == ['UPDATE'] * 3
+    row = rows(admin_context)[('h', AGENT)]
+    assert (row.version, row.rpc_version) == ('1.3', '1.1')
+    assert (row.usage, row.usage_at) == (usage, usage_at)
+    # Built once for each set of columns written, then reused.
+    built = dict(services_db._heartbeat_updates)
+    services_db.heartbeat(admin_context, 'h', AGENT, '1.4', usage=usage,
+                          usage_at=usage_at)
+    assert services_db._heartbeat_updates.keys() == built.keys()
+    assert all(services_db._heartbeat_updates[names] is statement
+               for names, statement in built.items())
+
+
+def test_heartbeat_in_a_transaction_is_part_of_it(admin_context):
+    class Undo(Exception):
+        pass
+
+    with contextlib.suppress(Undo), admin_context.db.writer(admin_context):
+        services_db.heartbeat(admin_context, 'ctl-1', CONDUCTOR)
+        services_db.heartbeat(admin_context, 'ctl-1', CONDUCTOR, '1.1')
+        assert rows(admin_context)[('ctl-1', CONDUCTOR)].version == '1.1'
+        raise Undo()
+
+    assert rows(admin_context) == {}
+
+
+def test_heartbeat_after_another_inserted_the_row_updates_it(
+        admin_context, db, db_url):
+    if db.engine.dialect.name == 'sqlite':
+        pytest.skip('one writer at a time: nobody inserts meanwhile')
+    table = models.Service.__table__
+    other = sa.create_engine(db_url)
+
+    inserted = []
+
+    def insert_first(connection, statement, *args):
+        if (isinstance(statement, sa.Insert) and statement.table is table
+                and not inserted):
+            inserted.append(True)
+            # Another process of the same agent, a moment before.
+            with other.begin() as elsewhere:
+                elsewhere.execute(table.insert().values(
+                    host='h', binary=AGENT, version='0.9',
+                    last_seen_at=models.utcnow(),
+                    created_at=models.utcnow()))
+
+    sa.event.listen(db.engine, 'before_execute', insert_first)
+    try:
+        services_db.heartbeat(admin_context, 'h', AGENT, '1.0', '1.1')
+    finally:
+        sa.event.remove(db.engine, 'before_execute', insert_first)
+        other.dispose()
+
+    assert inserted
+
+    row = rows(admin_context)[('h', AGENT)]
+    assert (row.version, row.rpc_version) == ('1.0', '1.1')
+    assert len(rows(admin_context)) == 1
 
 
 def test_same_host_two_binaries_are_two_rows(admin_context):
