@@ -329,25 +329,17 @@ class Binder:
                 raise BindRefused('Every attach handle of deployable %s on '
                                   '%s is in use.' % (deployable['name'],
                                                      deployable['hostname']))
-            try:
+
+            def program_or_check():
                 if holder is not None:
                     self._program_for_bind(context, item, deployable,
                                            handle, request)
                 elif deployable['device_type'] == 'FPGA':
                     self._check_not_reserved(context, deployable)
-                if handle['attach_type'] in db.PREPARED_ON_HOST:
-                    self.agent.prepare_attach_handle(
-                        context, deployable['hostname'],
-                        deployable['driver_name'], _handle_payload(handle),
-                        item['uuid'])
-            except Exception:
-                # finish_binding(ok=False) frees the handle in the
-                # database; whatever the agent made of it goes too.
-                if handle['attach_type'] in db.PREPARED_ON_HOST:
-                    self._release_quietly(context, deployable['hostname'],
-                                          deployable['driver_name'], handle,
-                                          item['uuid'])
-                raise
+
+            # A failed program releases the handle on the host as well.
+            self._prepare_on_host(context, item, deployable, handle,
+                                  before=program_or_check)
         finally:
             if holder is not None:
                 db.release_deployable(context, deployable['id'], holder)
@@ -381,18 +373,31 @@ class Binder:
         # has been disabled since.
         deployable = usable.get(handle['deployable_id']) or next(
             m for m in members if m['id'] == handle['deployable_id'])
-        if handle['attach_type'] in db.PREPARED_ON_HOST:
-            try:
+        self._prepare_on_host(context, item, deployable, handle)
+        return handle, deployable
+
+    def _prepare_on_host(self, context, item, deployable, handle,
+                         before=None):
+        """Run ``before``, then have the agent prepare ``handle`` if its
+        type is prepared on the host (MDEV).
+
+        If either fails, the handle is released on the host and the error
+        raised: finish_binding(ok=False) frees it only in the database.
+        """
+        try:
+            if before is not None:
+                before()
+            if handle['attach_type'] in db.PREPARED_ON_HOST:
                 self.agent.prepare_attach_handle(
                     context, deployable['hostname'],
                     deployable['driver_name'], _handle_payload(handle),
                     item['uuid'])
-            except Exception:
+        except Exception:
+            if handle['attach_type'] in db.PREPARED_ON_HOST:
                 self._release_quietly(context, deployable['hostname'],
                                       deployable['driver_name'], handle,
                                       item['uuid'])
-                raise
-        return handle, deployable
+            raise
 
     # -- FPGA reservations and programming -------------------------------
 

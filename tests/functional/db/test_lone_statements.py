@@ -9,8 +9,14 @@ import sqlalchemy as sa
 
 from cyborg.db import models
 from cyborg.db import session
+from tests import db_servers
 
 Profile = models.DeviceProfile.__table__
+
+# For the tests of a server's connections: SQLite has none.
+on_servers = pytest.mark.parametrize(
+    'database_url', [e for e in db_servers.ENGINES if e != 'sqlite'],
+    indirect=True)
 
 
 def _add(connection, name):
@@ -74,10 +80,9 @@ def test_autocommit_statements_stand_alone(db, admin_context, sql_counter):
     assert _names(db, admin_context) == ([] if sqlite else ['kept'])
 
 
+@on_servers
 def test_a_rested_connection_is_pinged_first(db, db_url, admin_context,
                                             monkeypatch):
-    if db.engine.dialect.name == 'sqlite':
-        pytest.skip('SQLite has no server')
     engine = db.engines[-1]
     with engine.connect() as connection:
         server_id = _server_connection_id(connection)
@@ -101,10 +106,9 @@ def test_inside_a_transaction_they_are_its_statements(db, admin_context):
     assert _names(db, admin_context) == []
 
 
+@on_servers
 def test_a_connection_the_server_ended_is_replaced(db, db_url,
                                                    admin_context):
-    if db.engine.dialect.name == 'sqlite':
-        pytest.skip('SQLite has no server')
     engine = db.engines[-1]
     with engine.connect() as connection:
         server_id = _server_connection_id(connection)
@@ -118,10 +122,10 @@ def test_a_connection_the_server_ended_is_replaced(db, db_url,
     assert _names(db, admin_context) == ['after']
 
 
+# Not SQLite: its reads go through the transactions' pool.
+@on_servers
 def test_a_forked_process_opens_its_own_connections(db, admin_context,
                                                     monkeypatch):
-    if db.engine.dialect.name == 'sqlite':
-        pytest.skip('SQLite reads go through the transactions\' pool')
     engine = db.engines[-1]
     with engine.connect() as connection:
         parents = _server_connection_id(connection)
