@@ -66,6 +66,21 @@ def get_transport(conf, url=None):
     return messaging.get_rpc_transport(conf, url=url)
 
 
+def open_send_connection(transport, retry=1):
+    """Connect one of ``transport``'s pooled send connections now and
+    leave it in the pool, so that the first cast does not wait for the
+    TCP and AMQP handshakes. False for a driver without such a pool
+    (``fake://``). oslo.messaging has no public call for this: it is its
+    drivers' own ``_get_connection``, looked up with care."""
+    from oslo_messaging._drivers import common as driver_common
+    opener = getattr(getattr(transport, '_driver', None), '_get_connection',
+                     None)
+    if opener is None:
+        return False
+    with opener(driver_common.PURPOSE_SEND, retry=retry):
+        return True
+
+
 def import_connection_modules(conf):
     """Import what the driver would import on its first connection:
     kombu loads its AMQP transport then, a few milliseconds of the first

@@ -30,6 +30,8 @@ import urllib.parse
 from oslo_log import log
 from oslo_service import backend as oslo_service_backend
 
+from cyborg import long_lived
+
 try:
     oslo_service_backend.init_backend(
         oslo_service_backend.BackendType.THREADING)
@@ -377,6 +379,9 @@ def _run(service, conf, requests, wake, failed):
             LOG.info('%s: %s; stopping', service.name, reason)
         starter.join(STOP_TIMEOUT)
         service.stop(final=reason != signal.SIGHUP)
+        # What this start made may be garbage now, and the check below
+        # looks at every object.
+        long_lived.unsettle()
         if reason != signal.SIGHUP:
             _ok, status = eventlet_status()
             LOG.info('%s exiting; threads only: %s', service.name, status)
@@ -408,6 +413,8 @@ def _start_in_thread(service, failed):
         except Exception as error:
             LOG.exception('%s failed to start', service.name)
             failed(error)
+        else:
+            long_lived.settle()
     thread = threading.Thread(target=start, name='%s-start' % service.name,
                               daemon=True)
     thread.start()

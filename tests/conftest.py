@@ -106,6 +106,21 @@ def api(conf, db):
     return webtest.TestApp(api_app.build_app(conf, db))
 
 
+def record_app_states(monkeypatch):
+    """The list the ``AppState`` of each app built from now on is added
+    to (``cyborg.api.hooks``)."""
+    from cyborg.api import hooks
+    states = []
+
+    class Recorded(hooks.AppState):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            states.append(self)
+
+    monkeypatch.setattr(hooks, 'AppState', Recorded)
+    return states
+
+
 class StatementCounter:
     """Counts the SQL queries engines run (not BEGIN and friends): those of
     a ``Database`` are its ``engines``."""
@@ -116,6 +131,7 @@ class StatementCounter:
     def __init__(self, *engines):
         self.engines = engines
         self.statements = []
+        self.threads = []  # the thread that ran each statement
         for engine in engines:
             sa.event.listen(engine, 'before_cursor_execute', self._seen)
 
@@ -123,12 +139,21 @@ class StatementCounter:
         if not statement.lstrip().upper().startswith(
                 self.TRANSACTION_CONTROL):
             self.statements.append(statement)
+            self.threads.append(threading.get_ident())
+
+    def of_this_thread(self):
+        """The statements this thread ran (not an in-process conductor's
+        or agent's)."""
+        me = threading.get_ident()
+        return [s for s, t in zip(self.statements, self.threads,
+                                  strict=True) if t == me]
 
     def __len__(self):
         return len(self.statements)
 
     def reset(self):
         self.statements.clear()
+        self.threads.clear()
 
     def close(self):
         for engine in self.engines:

@@ -17,20 +17,24 @@ from cyborg.api.middleware import request_id
 from cyborg.db import session
 
 
-def build_app(conf, db=None, transport=None, notifier=None):
+def build_app(conf, db=None, transport=None, notifier=None, warm=False):
     """The API as a WSGI callable, configured by ``conf`` (a ConfigOpts).
 
     ``db`` lets a caller share one ``Database`` with the app (tests do);
     ``transport`` is the oslo.messaging transport to the conductor, made
     from ``conf`` here when not given (see ``AppState.prepare_conductor``);
     ``notifier`` sends the API's notifications (made from ``conf`` when
-    not given; a caller that gives one closes it).
+    not given; a caller that gives one closes it). ``warm`` opens the
+    database and message bus connections at once (``AppState.warm_up``),
+    as a serving process wants.
     """
     argspec.install()
     db = db if db is not None else session.Database(conf)
     state = hooks.AppState(conf, db, policy.DecisionCache(
         policy.make_enforcer(conf)), transport=transport, notifier=notifier)
     state.prepare_conductor()
+    if warm:
+        state.warm_up()
     app = pecan.Pecan(
         root.RootController(),
         hooks=[hooks.RequestHook(state)],

@@ -46,6 +46,7 @@ class AppState:
         self._conductor_options = None
         self._conductor_lock = threading.Lock()
         self._membership = None
+        self.warming = None  # the thread of ``warm_up``, once started
 
     @property
     def membership(self):
@@ -103,6 +104,24 @@ class AppState:
                 app_state._make_conductor()
 
         os.register_at_fork(after_in_child=remake_in_child)
+
+    def warm_up(self):
+        """Open, on a thread of its own, what a worker's first bind would
+        otherwise open itself: the database's pools (``Database.
+        warm_up``), the first read of the ring and a connection to the
+        message bus. A neighbour that is
+        down delays nothing: the requests that need it find out."""
+        def run():
+            try:
+                self.db.warm_up()
+                self.membership  # noqa: B018  (its first read)
+                from cyborg import rpc
+                rpc.open_send_connection(self._transport)
+            except Exception as e:  # only the first requests are slower
+                LOG.info('Warming up the API worker: %s', e)
+        self.warming = threading.Thread(target=run, name='api-warm-up',
+                                        daemon=True)
+        self.warming.start()
 
     def _make_conductor(self):
         from cyborg import rpc

@@ -8,6 +8,9 @@ serve ``cyborg.wsgi.api:application`` with uwsgi, gunicorn or mod_wsgi
 instead.
 """
 
+# First of all: eventlet stays out of the process.
+from cyborg import no_eventlet  # noqa: F401, I001
+
 import sys
 import threading
 
@@ -62,7 +65,7 @@ class APIService(service.Service):
         db = session.Database(self.conf)
         self.on_stop(db.dispose)
         LOG.info('cyborg-api listening on %s', serve(
-            self, self.conf, api_app.build_app(self.conf, db)))
+            self, self.conf, api_app.build_app(self.conf, db, warm=True)))
 
 
 def main(argv=None):

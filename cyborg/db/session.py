@@ -10,6 +10,7 @@ from oslo_db import exception as db_exc
 from oslo_db.sqlalchemy import enginefacade
 from oslo_db.sqlalchemy import exc_filters
 import sqlalchemy as sa
+from sqlalchemy import orm
 
 LOG = logging.getLogger(__name__)
 
@@ -46,6 +47,16 @@ class Database:
         self._sqlite = conf.database.connection.startswith('sqlite')
         if self._sqlite:
             _begin_writers_immediately(self.engine)
+
+    def warm_up(self):
+        """Do now what the first statements would do on their way: start
+        the transactions' engine (oslo.db does on first use, with a test
+        connection), leave a connection in each pool and map the models.
+        """
+        for engine in self.engines:
+            with engine.connect():
+                pass
+        orm.configure_mappers()
 
     def reader(self, context):
         return self._facade.reader.using(context)

@@ -13,6 +13,7 @@ from oslo_config import cfg
 from oslo_log import log
 
 from cyborg import conf as cyborg_conf
+from cyborg import long_lived
 from cyborg.api import app as api_app
 
 
@@ -24,7 +25,9 @@ def init_application():
                      default_config_files=files.split(',') if files
                      else None)
     log.setup(conf, 'cyborg')
-    return api_app.build_app(conf)
+    app = api_app.build_app(conf, warm=True)
+    long_lived.settle()
+    return app
 
 
 application = init_application()

@@ -170,15 +170,7 @@ def fake_rpc_conf(sqlite_url):
 
 def _built(monkeypatch, conf, db, **kwargs):
     """The AppState of a new app."""
-    from cyborg.api import hooks
-    states = []
-
-    class Recorded(hooks.AppState):
-        def __init__(self, *args, **kw):
-            super().__init__(*args, **kw)
-            states.append(self)
-
-    monkeypatch.setattr(hooks, 'AppState', Recorded)
+    states = conftest.record_app_states(monkeypatch)
     api_app.build_app(conf, db, **kwargs)
     return states[0]
 
@@ -286,7 +278,7 @@ def test_timestamps_read_as_before(value):
 # -- the services' imports ---------------------------------------------------
 
 @pytest.mark.parametrize('module', ['cyborg.cmd.conductor',
-                                    'cyborg.cmd.agent'])
+                                    'cyborg.cmd.agent', 'cyborg.cmd.api'])
 def test_services_import_no_eventlet(module):
     found = subprocess.run(
         [sys.executable, '-c', 'import sys, %s; print(sys.modules.get('

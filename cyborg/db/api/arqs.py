@@ -831,6 +831,19 @@ _DELETE_ARQS = sa.delete(ARQ.__table__).where(
     ARQ.id.in_(sa.bindparam('ids', expanding=True)))
 
 
+@functools.cache
+def _delete_unheld(scoped):
+    """One ARQ that holds nothing (no instance, no handle), deleted by
+    uuid in a single statement: what ``delete_arqs`` would do with it,
+    without the locking SELECT and the transaction around it."""
+    stmt = sa.delete(ARQ.__table__).where(
+        ARQ.uuid == sa.bindparam('uuid'), ARQ.instance_uuid.is_(None),
+        ARQ.attach_handle_id.is_(None))
+    if scoped:
+        stmt = stmt.where(ARQ.project_id == sa.bindparam('project'))
+    return stmt
+
+
 @_retry_on_deadlock
 def delete_arqs(context, uuids=None, instance_uuid=None, project_id=None,
                 allow_bound=True, describe=False):
@@ -844,6 +857,14 @@ def delete_arqs(context, uuids=None, instance_uuid=None, project_id=None,
     invisible and needs no recovery. Unless ``allow_bound``, an ARQ bound
     to an instance refuses the whole request (ServiceTokenRequired).
     """
+    if uuids is not None and len(uuids) == 1 and not describe:
+        # The common case (an ARQ never bound, or unbound since) in one
+        # round trip. Any other (not found, bound, holding a handle) is
+        # left alone here and decided below.
+        with context.db.autocommit_connection(context) as connection:
+            if connection.execute(_delete_unheld(project_id is not None), {
+                    'uuid': uuids[0], 'project': project_id}).rowcount:
+                return [{'uuid': uuids[0]}], []
     with context.db.write_connection(context) as connection:
         rows = connection.execute(
             _deleting(uuids is not None, project_id is not None),

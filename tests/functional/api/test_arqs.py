@@ -369,6 +369,33 @@ def test_listing_takes_one_query_for_any_number(api, profile, sql_counter):
     assert len(sql_counter) == few == 1
 
 
+def test_an_arq_that_holds_nothing_is_deleted_in_one_statement(
+        api, db, profile, fpga_rp, conductor, sql_counter):
+    arqs = create(api).json['arqs']
+    item = ARQS + '/' + arqs[0]['uuid']
+    sql_counter.reset()
+
+    assert api.delete(item, headers=MEMBER).status_int == 204
+
+    assert len(sql_counter.of_this_thread()) == 1
+    assert api.get(item, headers=MEMBER, expect_errors=True).status_int == 404
+    assert api.delete(item, headers=MEMBER,
+                      expect_errors=True).status_int == 404
+    # One bound to an instance holds a handle: deleting it frees that.
+    instance = str(uuid.uuid4())
+    api.patch_json(ARQS, bind_body(arqs[1:], fpga_rp, instance),
+                   headers=MEMBER)
+    assert {a['state'] for a in wait_resolved(api, instance)} == {'Bound'}
+    assert handles_in_use(db) == 2
+
+    assert api.delete(ARQS + '/' + arqs[1]['uuid'],
+                      headers=MEMBER).status_int == 204
+
+    assert handles_in_use(db) == 1
+    assert [a['uuid'] for a in api.get(ARQS, headers=MEMBER).json['arqs']
+            ] == [arqs[2]['uuid']]
+
+
 def arq_rows(db):
     with db.engine.connect() as conn:
         return conn.execute(sa.select(sa.func.count()).select_from(

@@ -52,8 +52,9 @@ def test_bindings_name_the_bound_requests_of_the_host_in_one_query(
 
     sql_counter.reset()
     bindings = manager.host_bindings(admin_context, arq_stack.HOST)
-    # One SELECT, however many requests are bound.
-    assert len(sql_counter) == 1
+    # One SELECT, however many requests are bound (the conductor may
+    # still be finishing the bind on its own threads).
+    assert len(sql_counter.of_this_thread()) == 1
     assert bindings == {'ffff:0c:00.0': [
         {'instance_uuid': instance, 'project_id': 'p1'}] * 3}
     assert manager.host_bindings(admin_context, 'host2') == {}
