@@ -2,7 +2,9 @@
 instances at their boot times (no fleet is started here)."""
 
 import importlib.util
+import os
 import pathlib
+import signal
 import sys
 import threading
 import time
@@ -86,3 +88,26 @@ def test_an_op_that_raises_is_an_error(fleet):
 
     assert run.count == 0
     assert run.errors.examples == ['ValueError: broken 1']
+
+
+def test_the_benchmarks_deadline_stops_the_run_and_disarms(fleet):
+    # fleet.py imports tools/bench/device_profiles.py as bench_http.
+    bench_http = fleet.bench_http
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(
+        signal.SIGALRM)
+    try:
+        started = time.monotonic()
+        with pytest.raises(bench_http.Deadline), bench_http.deadline(1):
+            time.sleep(10)
+        assert time.monotonic() - started < 5
+        # After the block: no alarm left, SIGTERM ignored for the cleanup.
+        assert signal.alarm(0) == 0
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        with bench_http.deadline(30), pytest.raises(SystemExit) as stopped:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        assert stopped.value.code == 128 + signal.SIGTERM
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGALRM, before[1])

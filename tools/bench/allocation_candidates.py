@@ -3,16 +3,21 @@
     python tools/bench/allocation_candidates.py [--hosts 100] [--gpus 8]
         [--layouts per-device,pooled] [--asks 1,2,4,8] [--rounds 20]
         [--db mysql|sqlite] [--placement-workers 2] [--slow 60]
-        [--timeout 120] [--max-runtime 900]
+        [--placement-gc freeze|default] [--timeout 120] [--max-runtime 900]
 
 A real Placement (openstack-placement) on a fresh database migrated with
-Placement's own migrations (MariaDB by default, dropped at the end; or a
-SQLite file), served by gunicorn from ``tools/bench/fleet.py``'s app
-factory with sync workers. ``--hosts`` compute-node providers are made
-as Nova makes them (VCPU and MEMORY_MB inventories, ``tests/
-placement_service.py``) and carry COMPUTE_ACCELERATORS, as Nova's compute
-does for a host that supports accelerators. Each host gets ``--gpus``
-identical GPUs, published in one of two layouts, in turn:
+Placement's own migrations (MariaDB by default, dropped at the end,
+through the driver cyborg's services choose: mysqlclient where it is
+installed; or a SQLite file), served by gunicorn from
+``tools/bench/fleet.py``'s app factory with sync workers; each worker
+freezes what it holds once Placement is loaded out of the garbage
+collector's full passes (see ``fleet.placement_app``; ``--placement-gc
+default`` does not).
+``--hosts`` compute-node providers are made as Nova makes them (VCPU
+and MEMORY_MB inventories, ``tests/placement_service.py``) and carry
+COMPUTE_ACCELERATORS, as Nova's compute does for a host that supports
+accelerators. Each host gets ``--gpus`` identical GPUs, published in
+one of two layouts, in turn:
 
 - per-device (``[placement] provider_layout = per_device``): each GPU a
   child provider of the compute node with a PGPU inventory of 1;
@@ -56,7 +61,6 @@ import json
 import os
 import pathlib
 import shutil
-import signal
 import sqlite3
 import sys
 import tempfile
@@ -76,6 +80,7 @@ import sqlalchemy as sa  # noqa: E402
 from cyborg.clients import placement as placement_client  # noqa: E402
 from cyborg.conductor import inventory as inventory_sync  # noqa: E402
 from cyborg.conductor import placement_sync  # noqa: E402
+from cyborg.db import session  # noqa: E402
 from tests import db_servers  # noqa: E402
 from tests import placement_service  # noqa: E402
 
@@ -85,6 +90,8 @@ WARMUP = 2
 FLAVOR = 'MEMORY_MB:512,VCPU:1'
 ROOT_REQUIRED = 'COMPUTE_ACCELERATORS,!COMPUTE_STATUS_DISABLED'
 COMPUTE_TRAITS = {'COMPUTE_ACCELERATORS'}
+GC_MODES = {'freeze': 'what a worker holds once loaded is frozen',
+            'default': "Python's default"}
 
 Deadline = bench_arqs.Deadline
 
@@ -106,6 +113,10 @@ class Placement:
         args = self.args
         self.db_url = db_servers.create_database(args.db, self.directory)
         self._cleanup.append(lambda: db_servers.drop_database(self.db_url))
+        # The driver cyborg's services choose (mysqlclient where it is
+        # installed): Placement reads every trait and resource class on
+        # each request, thousands of rows that PyMySQL decodes in Python.
+        self.db_url = session.with_mysql_driver(self.db_url)
         fleet.migrate_placement(self.db_url)
         self.port = bench_http.free_port()
         # Sync workers, not threads: gunicorn kills a sync worker whose
@@ -119,7 +130,8 @@ class Placement:
              '--log-level', 'warning', 'fleet:placement_app()'],
             self.port, str(self.directory / 'placement.log'),
             dict(os.environ, PYTHONPATH=ROOT,
-                 FLEET_PLACEMENT_DB=self.db_url))
+                 FLEET_PLACEMENT_DB=self.db_url,
+                 FLEET_PLACEMENT_GC=args.placement_gc))
         self._cleanup.append(self.server.stop)
         self.url = 'http://127.0.0.1:%d' % self.port
         self._wait_ready()
@@ -166,8 +178,8 @@ class Placement:
                 version = conn.execute(sa.text('SELECT VERSION()')).scalar()
         finally:
             engine.dispose()
-        return 'MariaDB %s (database %s, dropped at the end)' % (
-            version, url.database)
+        return 'MariaDB %s through %s (database %s, dropped at the end)' % (
+            version, url.get_driver_name(), url.database)
 
     def close(self):
         for step in reversed(self._cleanup):
@@ -345,9 +357,11 @@ def bench(args):
     try:
         started = time.monotonic()
         placement.start()
-        print('Placement %s on %s; gunicorn %d sync worker(s)' % (
-            importlib.metadata.version('openstack-placement'),
-            placement.engine_name(), args.placement_workers), flush=True)
+        print('Placement %s on %s; gunicorn %d sync worker(s); garbage '
+              'collector: %s' % (
+                  importlib.metadata.version('openstack-placement'),
+                  placement.engine_name(), args.placement_workers,
+                  GC_MODES[args.placement_gc]), flush=True)
         hostnames = ['compute-%04d' % i for i in range(args.hosts)]
         compute_nodes = make_compute_nodes(placement, hostnames, threads)
         print('%d hosts (VCPU 16, MEMORY_MB 65536 each) made in %.1f s' % (
@@ -390,8 +404,9 @@ def print_summary(rows, args):
           "  candidates: allocation requests returned (at most the limit); "
           "summaries: provider summaries returned.\n"
           "  Placement's defaults: max_allocation_candidates -1, "
-          "depth-first, optimize_for_wide_provider_trees false."
-          % (FLAVOR, ROOT_REQUIRED))
+          "depth-first, optimize_for_wide_provider_trees false; garbage "
+          "collector: %s."
+          % (FLAVOR, ROOT_REQUIRED, GC_MODES[args.placement_gc]))
 
 
 def parse_args(argv):
@@ -414,6 +429,9 @@ def parse_args(argv):
                         default='mysql',
                         help="Placement's database engine")
     parser.add_argument('--placement-workers', type=int, default=2)
+    parser.add_argument('--placement-gc', choices=sorted(GC_MODES),
+                        default='freeze',
+                        help="Placement workers' garbage collector")
     parser.add_argument('--slow', type=int, default=60,
                         help='seconds after which a request ends its case')
     parser.add_argument('--timeout', type=int, default=120,
@@ -432,22 +450,17 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGALRM, bench_arqs._raise_deadline)
-    signal.signal(signal.SIGTERM, bench_arqs._raise_exit)
-    signal.alarm(args.max_runtime)
     print('%d cores, load average %.1f; %d hosts x %d GPUs; asks %s; '
           'at most %d s' % (os.cpu_count(), os.getloadavg()[0], args.hosts,
                             args.gpus, args.asks, args.max_runtime),
           flush=True)
     try:
-        rows = bench(args)
-        print_summary(rows, args)
+        with bench_http.deadline(args.max_runtime):
+            rows = bench(args)
+            print_summary(rows, args)
     except Deadline as e:
         print('stopped: %s' % e, file=sys.stderr)
         return 2
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return 0
 
 

@@ -58,7 +58,6 @@ import os
 import pathlib
 import pstats
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -95,9 +94,7 @@ DB_PROCESSES = {'mysql': ('mariadbd', 'mysqld'),
 MQ_PROCESSES = ('beam.smp',)
 
 
-class Deadline(BaseException):
-    # Not an Exception: nothing on the way may swallow it.
-    pass
+Deadline = bench_http.Deadline
 
 
 # --- figures ----------------------------------------------------------------
@@ -1138,36 +1135,23 @@ def parse_args(argv):
     return args
 
 
-def _raise_deadline(signum, frame):
-    raise Deadline('the benchmark ran past --max-runtime')
-
-
-def _raise_exit(signum, frame):
-    raise SystemExit(128 + signum)
-
-
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     budget = args.max_runtime or len(args.dbs) * (150 if args.quick
                                                   else 300)
-    signal.signal(signal.SIGALRM, _raise_deadline)
-    signal.signal(signal.SIGTERM, _raise_exit)
-    signal.alarm(budget)
     print('%d cores; databases %s; clients are threads of this process; '
           'at most %d s' % (os.cpu_count(), ', '.join(args.dbs), budget),
           flush=True)
     results = []
     try:
-        for db_kind in args.dbs:
-            results.append((db_kind, *bench(db_kind, args)))
-        for result in results:
-            print_summary(*result, args)
+        with bench_http.deadline(budget):
+            for db_kind in args.dbs:
+                results.append((db_kind, *bench(db_kind, args)))
+            for result in results:
+                print_summary(*result, args)
     except Deadline as e:
         print('stopped: %s' % e, file=sys.stderr)
         return 2
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return 0
 
 

@@ -548,6 +548,21 @@ def _raise_exit(signum, frame):
     raise SystemExit(128 + signum)
 
 
+@contextlib.contextmanager
+def deadline(seconds):
+    """Inside the block, Deadline after ``seconds`` and SystemExit on
+    SIGTERM (so that cleanups run); after it, SIGTERM is ignored while
+    the caller cleans up."""
+    signal.signal(signal.SIGALRM, _raise_deadline)
+    signal.signal(signal.SIGTERM, _raise_exit)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.serve_bare:
@@ -559,9 +574,6 @@ def main(argv=None):
     runs = len(args.dbs) + (0 if args.no_bare else 1)
     budget = args.max_runtime or runs * (
         90 + len(args.connections) * (args.seconds + 15) + args.warmup)
-    signal.signal(signal.SIGALRM, _raise_deadline)
-    signal.signal(signal.SIGTERM, _raise_exit)
-    signal.alarm(budget)
     print('load generator: %s; server: %s; at most %d s'
           % ('wrk -t1 (C)' if generator == 'wrk'
              else 'Python http.client, one process per connection',
@@ -569,20 +581,19 @@ def main(argv=None):
     cleanup = []
     results, extras = [], {}
     try:
-        for db_kind in args.dbs:
-            got, statements, ms = bench_cyborg(db_kind, generator, args,
-                                               cleanup)
-            results += got
-            extras[db_kind] = (statements, ms)
-        if not args.no_bare:
-            results += bench_bare(generator, args, cleanup)
-        print_summary(results, extras, generator, args)
+        with deadline(budget):
+            for db_kind in args.dbs:
+                got, statements, ms = bench_cyborg(db_kind, generator, args,
+                                                   cleanup)
+                results += got
+                extras[db_kind] = (statements, ms)
+            if not args.no_bare:
+                results += bench_bare(generator, args, cleanup)
+            print_summary(results, extras, generator, args)
     except Deadline as e:
         print('stopped: %s' % e, file=sys.stderr)
         return 2
     finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for step in reversed(cleanup):
             try:
                 step()

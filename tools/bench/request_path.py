@@ -16,10 +16,12 @@ processes it starts.
    runs ``--rounds`` times, the two apps in turn, ``--seconds`` each; the
    best round of each counts (other work on the machine only lowers a
    figure). Target: ours >= 50% of the bare app on 1 and 4 connections.
-2. ``pairs``: POST+DELETE of one ARQ per pair, on 1 (and 4) client
-   threads, against the deployment of ``tools/bench/arqs.py`` (API in
-   gunicorn, 2 sync workers; ``cyborg-conductor`` over RabbitMQ; Placement
-   and a Nova stand-in in this process). Target: >= 300 pairs/s on 1.
+2. ``pairs``: POST+DELETE of one ARQ per pair against the deployment of
+   ``tools/bench/arqs.py`` (API in gunicorn, 2 sync workers;
+   ``cyborg-conductor`` over RabbitMQ; Placement and a Nova stand-in in
+   this process): from wrk on 1 connection, when it drives 1. (a Lua
+   script, ``PAIRS_LUA``, deletes each POST's ARQ next), then from 1 (and
+   4) Python client threads. Target: >= 300 pairs/s on 1 connection.
    The CPU time per pair of each group of processes is printed too: it
    moves much less than the rate when other work shares the cores.
 3. ``first-bind``: ``--starts`` times, a fresh API of one gunicorn worker
@@ -42,9 +44,10 @@ machine: the load average is printed beside them.
 import argparse
 import json
 import os
+import re
 import shutil
-import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -217,15 +220,29 @@ def bench_arq_parts(args, report, cleanup):
             bench_arqs.warm_up(dep)
             print('--- pairs: POST+DELETE of one ARQ (load average %.1f)'
                   % os.getloadavg()[0], flush=True)
+            if args.generator == 'wrk':
+                row, p50, p99 = wrk_pairs(dep, args.seconds)
+                report.add('pairs', 'POST+DELETE wrk 1 conn, /s',
+                           '%.1f' % row.rate, '>= 300/s',
+                           row.rate >= 300 and not row.errors)
+                report.add('pairs', '  one request p50 / p99 ms',
+                           '%.2f / %.2f' % (p50, p99))
+                report.add('pairs', '  errors', '%d' % row.errors)
+                report.notes.append(
+                    'pairs, wrk: CPU ms per pair: %s (api: the gunicorn '
+                    'workers; db: MariaDB; bench: wrk is not counted)'
+                    % row.cpu_per_op())
             for threads in args.pair_threads:
                 row, errors = bench_arqs.measure_pairs(dep, threads,
                                                        args.seconds)
                 bench_arqs.print_errors('pairs', errors)
-                target = '>= 300/s' if threads == 1 else ''
-                report.add('pairs', 'POST+DELETE %d thread(s), /s'
+                # With wrk, the target is its figure's.
+                target = '>= 300/s' if (
+                    threads == 1 and args.generator != 'wrk') else ''
+                report.add('pairs', 'POST+DELETE %d Python thread(s), /s'
                            % threads, '%.1f' % row.rate, target,
                            (row.rate >= 300 and not errors.count)
-                           if threads == 1 else None)
+                           if target else None)
                 report.add('pairs', '  p50 / p99 ms', '%.1f / %.1f' % (
                     row.p(50), row.p(99)))
                 report.notes.append(
@@ -252,6 +269,69 @@ def bench_arq_parts(args, report, cleanup):
     except Exception:
         dep.print_logs()
         raise
+
+
+# wrk alternates POST and DELETE on its one connection: each POST's ARQ
+# is the next DELETE's, and every answer is counted by its kind.
+PAIRS_LUA = '''
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init(args)
+  arq, asked, posts, deletes, failed = nil, nil, 0, 0, 0
+end
+function request()
+  if arq ~= nil then
+    local path = "%(arqs)s/" .. arq
+    arq, asked = nil, "DELETE"
+    return wrk.format("DELETE", path)
+  end
+  asked = "POST"
+  return wrk.format("POST", "%(arqs)s",
+                    {["Content-Type"] = "application/json"},
+                    '{"device_profile_name": "%(profile)s"}')
+end
+function response(status, headers, body)
+  if asked == "POST" and status == 201 then
+    arq = string.match(body, '"uuid": *"([%%x%%-]+)"')
+    posts = posts + 1
+  elseif asked == "DELETE" and status == 204 then
+    deletes = deletes + 1
+  else
+    failed = failed + 1
+  end
+end
+function done(summary, latency, requests)
+  local t = threads[1]
+  io.write(string.format("PAIRS %%d %%d %%d %%d %%.3f %%.3f\\n",
+    t:get("posts"), t:get("deletes"), t:get("failed"), summary.duration,
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000))
+end
+'''
+
+
+def wrk_pairs(dep, seconds):
+    """POST+DELETE pairs from wrk (one thread, one connection): the row
+    (pairs, seconds, errors, CPU) and the p50 and p99 ms of a request."""
+    script = dep.directory / 'pairs.lua'
+    script.write_text(PAIRS_LUA % {'arqs': bench_arqs.ARQS,
+                                   'profile': bench_arqs.PROFILE})
+    before = dep.cpu.snapshot()
+    out = subprocess.run(
+        ['wrk', '-t1', '-c1', '-d%ds' % seconds, '--timeout', '5s',
+         '-s', str(script), 'http://127.0.0.1:%d' % dep.api.port],
+        capture_output=True, text=True, check=True,
+        timeout=seconds + 30).stdout
+    cpu = dep.cpu.since(before)
+    _posts, deletes, failed, micros, p50, p99 = re.search(
+        r'^PAIRS (\d+) (\d+) (\d+) (\d+) ([\d.]+) ([\d.]+)$', out,
+        re.M).groups()
+    errors = int(failed) + sum(int(n) for n in re.findall(
+        r'(?:connect|read|write|timeout) (\d+)', out))
+    pairs = int(deletes)
+    dep.delete_all_arqs()
+    row = bench_arqs.Row('POST+DELETE pairs', 'wrk', pairs,
+                         int(micros) / 1e6, [], errors, cpu)
+    return row, float(p50), float(p99)
 
 
 def fresh_api(dep, name):
@@ -401,28 +481,24 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGALRM, bench_arqs._raise_deadline)
-    signal.signal(signal.SIGTERM, bench_arqs._raise_exit)
-    signal.alarm(args.max_runtime)
     print('%d cores, load average %.1f; generator %s; parts %s; at most '
           '%d s' % (os.cpu_count(), os.getloadavg()[0], args.generator,
                     ', '.join(args.only), args.max_runtime), flush=True)
     report = Report()
     cleanup = []
     try:
-        if 'dp' in args.only:
-            bench_dp(args, report, cleanup)
-            cleaning(cleanup)
-        if set(args.only) - {'dp'}:
-            bench_arq_parts(args, report, cleanup)
-        report.print()
+        with bench_http.deadline(args.max_runtime):
+            if 'dp' in args.only:
+                bench_dp(args, report, cleanup)
+                cleaning(cleanup)
+            if set(args.only) - {'dp'}:
+                bench_arq_parts(args, report, cleanup)
+            report.print()
     except Deadline as e:
         print('stopped: %s' % e, file=sys.stderr)
         report.print()
         return 2
     finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         cleaning(cleanup)
     return 0
 
