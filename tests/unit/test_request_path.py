@@ -175,66 +175,71 @@ def _built(monkeypatch, conf, db, **kwargs):
     return states[0]
 
 
-def test_the_transport_is_made_with_the_app(fake_rpc_conf, monkeypatch):
+@pytest.fixture
+def made_transports(monkeypatch):
+    """Every transport ``rpc.get_transport`` makes, cleaned up after."""
     from cyborg import rpc
     made = []
     real = rpc.get_transport
     monkeypatch.setattr(rpc, 'get_transport',
                         lambda conf: made.append(real(conf)) or made[-1])
-    db = session.Database(fake_rpc_conf)
-    try:
-        state = _built(monkeypatch, fake_rpc_conf, db)
-        # Before any request: nothing is left for the first bind to load.
-        assert len(made) == 1
-        assert state._conductor is not None
-        assert state._membership is not None
-        assert state.conductor is state._conductor
-        assert len(made) == 1
-    finally:
-        for transport in made:
-            transport.cleanup()
-        db.dispose()
+    yield made
+    for transport in made:
+        transport.cleanup()
 
 
-def test_a_forked_worker_makes_its_own_transport(fake_rpc_conf, monkeypatch):
-    from cyborg import rpc
+@pytest.fixture
+def fork_hooks(monkeypatch):
+    """What is registered to run in a child after a fork."""
     hooks = []
     monkeypatch.setattr(os, 'register_at_fork',
                         lambda after_in_child: hooks.append(after_in_child))
-    made = []
-    real = rpc.get_transport
-    monkeypatch.setattr(rpc, 'get_transport',
-                        lambda conf: made.append(real(conf)) or made[-1])
+    return hooks
+
+
+@pytest.fixture
+def rpc_db(fake_rpc_conf):
     db = session.Database(fake_rpc_conf)
-    try:
-        state = _built(monkeypatch, fake_rpc_conf, db)
-        parents = state.conductor
-        hook, = hooks
-        hook()  # as in the child, right after a fork
-        assert len(made) == 2
-        assert state.conductor is not parents
-    finally:
-        for transport in made:
-            transport.cleanup()
-        db.dispose()
+    yield db
+    db.dispose()
 
 
-def test_a_given_transport_is_kept_across_a_fork(fake_rpc_conf, monkeypatch):
+def test_the_transport_is_made_with_the_app(fake_rpc_conf, monkeypatch,
+                                            made_transports, rpc_db):
+    made = made_transports
+    state = _built(monkeypatch, fake_rpc_conf, rpc_db)
+    # Before any request: nothing is left for the first bind to load.
+    assert len(made) == 1
+    assert state._conductor is not None
+    assert state._membership is not None
+    assert state.conductor is state._conductor
+    assert len(made) == 1
+
+
+def test_a_forked_worker_makes_its_own_transport(fake_rpc_conf, monkeypatch,
+                                                 made_transports, fork_hooks,
+                                                 rpc_db):
+    state = _built(monkeypatch, fake_rpc_conf, rpc_db)
+    parents = state.conductor
+    hook, = fork_hooks
+    hook()  # as in the child, right after a fork
+    assert len(made_transports) == 2
+    assert state.conductor is not parents
+
+
+def test_a_given_transport_is_kept_across_a_fork(fake_rpc_conf, monkeypatch,
+                                                 fork_hooks, rpc_db):
     from cyborg import rpc
-    hooks = []
-    monkeypatch.setattr(os, 'register_at_fork',
-                        lambda after_in_child: hooks.append(after_in_child))
     transport = rpc.get_transport(fake_rpc_conf)
-    db = session.Database(fake_rpc_conf)
     try:
-        state = _built(monkeypatch, fake_rpc_conf, db, transport=transport)
+        state = _built(monkeypatch, fake_rpc_conf, rpc_db,
+                       transport=transport)
         conductor = state.conductor
-        hooks[0]()
+        fork_hooks[0]()
         # The caller's transport: the caller owns it and its processes.
         assert state.conductor is conductor
     finally:
         transport.cleanup()
-        db.dispose()
 
 
 # -- reads and views ---------------------------------------------------------
@@ -369,26 +374,15 @@ def test_request_ids_as_oslo_middleware_gives_them(given):
     assert answers[0] == answers[1]
 
 
-def test_the_client_follows_options_changed_after_the_build(fake_rpc_conf,
-                                                            monkeypatch):
-    from cyborg import rpc
-    made = []
-    real = rpc.get_transport
-    monkeypatch.setattr(rpc, 'get_transport',
-                        lambda conf: made.append(real(conf)) or made[-1])
-    db = session.Database(fake_rpc_conf)
-    try:
-        state = _built(monkeypatch, fake_rpc_conf, db)
-        first = state.conductor
-        assert state.conductor is first and len(made) == 1
-        fake_rpc_conf.set_override('conductor', '1.1',
-                                   group='upgrade_levels')
-        capped = state.conductor
-        assert capped is not first and len(made) == 1
-        assert not capped.can_send_version('1.2')
-        fake_rpc_conf.set_override('transport_url', 'fake:///other')
-        assert state.conductor is not capped and len(made) == 2
-    finally:
-        for transport in made:
-            transport.cleanup()
-        db.dispose()
+def test_the_client_follows_options_changed_after_the_build(
+        fake_rpc_conf, monkeypatch, made_transports, rpc_db):
+    made = made_transports
+    state = _built(monkeypatch, fake_rpc_conf, rpc_db)
+    first = state.conductor
+    assert state.conductor is first and len(made) == 1
+    fake_rpc_conf.set_override('conductor', '1.1', group='upgrade_levels')
+    capped = state.conductor
+    assert capped is not first and len(made) == 1
+    assert not capped.can_send_version('1.2')
+    fake_rpc_conf.set_override('transport_url', 'fake:///other')
+    assert state.conductor is not capped and len(made) == 2

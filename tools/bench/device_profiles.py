@@ -71,19 +71,25 @@ class Deadline(BaseException):
 
 # --- the calibration app ----------------------------------------------------
 
-def make_bare_app():
-    """A pecan app that answers GET /v2/device_profiles with static JSON."""
+def bare_pecan_app(document):
+    """A pecan app that answers GET /v2/device_profiles with ``document``,
+    rendered by pecan's own JSON renderer on every request."""
     import pecan
 
     class V2:
         @pecan.expose('json')
         def device_profiles(self):
-            return STATIC_DOCUMENT
+            return document
 
     class Root:
         v2 = V2()
 
     return pecan.Pecan(Root())
+
+
+def make_bare_app():
+    """A pecan app that answers GET /v2/device_profiles with static JSON."""
+    return bare_pecan_app(STATIC_DOCUMENT)
 
 
 # --- databases and configuration --------------------------------------------

@@ -78,20 +78,8 @@ def make_bare_app():
     """gunicorn's app factory: pecan answering GET /v2/device_profiles
     with the document in the file ``$CYBORG_BENCH_BARE_BODY``, rendered
     by pecan's own JSON renderer on every request."""
-    import pecan
-
     with open(os.environ[BODY_ENV]) as f:
-        document = json.load(f)
-
-    class V2:
-        @pecan.expose('json')
-        def device_profiles(self):
-            return document
-
-    class Root:
-        v2 = V2()
-
-    return pecan.Pecan(Root())
+        return bench_http.bare_pecan_app(json.load(f))
 
 
 # --- helpers -----------------------------------------------------------------
