@@ -1,7 +1,8 @@
 """How controllers answer: JSON bodies rendered by the standard library.
 
 Controllers return plain dicts and lists and set a status other than 200
-on ``pecan.response``; a ``None`` result is an empty body.
+on ``pecan.response``; a ``None`` result is an empty body, an ``Encoded``
+one is sent as it is.
 """
 
 import json as jsonlib
@@ -9,6 +10,10 @@ import json as jsonlib
 import pecan
 
 RENDERER = 'cyborg_json'
+
+
+class Encoded(str):
+    """A body its controller rendered as JSON already."""
 
 
 class JSONRenderer:
@@ -20,6 +25,8 @@ class JSONRenderer:
     def render(self, template_path, namespace):
         if namespace is None:
             return ''
+        if isinstance(namespace, Encoded):
+            return namespace
         return jsonlib.dumps(namespace)
 
 

@@ -12,6 +12,8 @@ from oslo_db.sqlalchemy import exc_filters
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from cyborg.db import prepared as db_prepared
+
 LOG = logging.getLogger(__name__)
 
 # The execution option that marks a connection as a writer's.
@@ -154,6 +156,31 @@ class Database:
             # The server restarted, say: the pool dropped what it had.
             with engine.connect() as connection:
                 return connection.execute(statement).all()
+
+    def read_prepared(self, context, prepared, params=None):
+        """Every row of a ``prepared.Prepared`` SELECT, as tuples.
+
+        As ``read_rows``, on the driver's cursor where the statement
+        allows it (see ``cyborg.db.prepared``); through SQLAlchemy on
+        SQLite and inside a transaction of ``context``.
+        """
+        if self._sqlite or _in_transaction(context):
+            with self.read_connection(context) as connection:
+                return [tuple(row) for row in connection.execute(
+                    prepared.statement, params or {})]
+        engine = self._autocommit_engine()
+        form = (None if db_prepared.watched(engine)
+                else prepared.form(engine.dialect))
+        if form is None:
+            statement = prepared.statement
+            return [tuple(row) for row in self.read_rows(
+                context, statement.params(params) if params else statement)]
+        sql, arguments = form
+        try:
+            return db_prepared.fetch_all(engine, sql, arguments(params))
+        except db_exc.DBConnectionError:
+            # As read_rows: the server restarted, say.
+            return db_prepared.fetch_all(engine, sql, arguments(params))
 
     def _autocommit_engine(self):
         if self._autocommit is None:

@@ -1,10 +1,12 @@
 """``/`` and ``/v2``: the version documents, public, for discovery."""
 
 import pecan
+from webob import exc as webob_exc
 
 from cyborg.api import expose
 from cyborg.api import microversion
 from cyborg.api import views
+from cyborg.api.controllers import resource
 from cyborg.api.controllers.v2 import arqs
 from cyborg.api.controllers.v2 import attributes
 from cyborg.api.controllers.v2 import deployables
@@ -43,6 +45,18 @@ class V2Controller:
 class RootController:
 
     v2 = V2Controller()
+
+    @pecan.expose()
+    def _route(self, args, request):
+        # Straight to a collection: pecan's own walk takes a dir() of
+        # every controller on the path, on every request.
+        if len(args) >= 2 and args[0] == 'v2':
+            collection = getattr(self.v2, args[1], None)
+            if isinstance(collection, resource.ResourceController):
+                return collection._route(args[2:], request)
+        if args in (['v2'], ['v2', '']):
+            return self.v2.index, []
+        raise webob_exc.HTTPNotFound()
 
     @expose.json()
     def index(self):

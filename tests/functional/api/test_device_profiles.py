@@ -198,6 +198,19 @@ def test_list_makes_the_same_number_of_queries_for_any_number_of_rows(
     assert one[1] == many[1] == 1
 
 
+def test_a_list_follows_every_change_of_its_rows(api):
+    # Bodies are rendered once per set of rows: never one gone stale.
+    create(api, 'first')
+    before = api.get(DP).body
+    assert api.get(DP).body == before
+    made = create(api, 'second')
+    assert names(api) == ['first', 'second']
+    api.delete(DP + '/second')
+    assert api.get(DP).body == before
+    assert names(api, '?limit=1') == ['first']
+    assert made['name'] not in names(api)
+
+
 def test_links_follow_the_mount_point_and_forwarded_host(conf, db):
     conf.set_override('enable_proxy_headers_parsing', True,
                       group='oslo_middleware')
