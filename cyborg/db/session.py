@@ -190,6 +190,14 @@ class Database:
         return self._autocommit
 
     @property
+    def reuses_ids(self):
+        """Whether a deleted row's id may be given to a new row: SQLite
+        gives the highest id again once its row is gone; InnoDB (which
+        keeps its counter across restarts) and PostgreSQL's sequences
+        never do."""
+        return self._sqlite
+
+    @property
     def engine(self):
         return self._facade.writer.get_engine()
 

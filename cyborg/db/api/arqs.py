@@ -161,56 +161,130 @@ def _units(groups):
 
 # Built once: statements cost more to build than to run on MariaDB. Core
 # statements on the session's connection: no ORM object is involved.
-_PROFILE_BY_NAME = sa.select(Profile.id, Profile.name,
+_PROFILE_BY_NAME = sa.select(Profile.id, Profile.uuid, Profile.name,
                              Profile.profile_json).where(
     Profile.name == sa.bindparam('name'))
 _INSERT_ARQ = sa.insert(ARQ.__table__)
 
 
+# What a POST needs of a profile, by name: (id, uuid, name, counts).
+# Profiles never change once made (there is no update), so this is read
+# once per worker; each INSERT made from it checks in the same statement
+# that the profile is still there with that id and uuid (a deleted or
+# re-made one is read again). Not where ids are reused: a profile re-made
+# with the uuid its client gave before could come back with its old id.
+_KNOWN_PROFILES = {}
+_KNOWN_PROFILES_MAX = 256
+
+
 def create_arqs(context, profile_name, project_id):
     """One Initial ARQ per unit of every resource of every group, all in
-    one transaction; returns them as views."""
+    one statement; returns them as views."""
     now = models.utcnow()
-    # No transaction: the profile is read, then one INSERT of every row
-    # commits on its own (a profile deleted in between fails it on the
-    # foreign key, as it would inside a transaction).
+    known = (None if context.db.reuses_ids
+             else _KNOWN_PROFILES.get(profile_name))
+    # No transaction: each INSERT commits on its own. A profile deleted
+    # meanwhile fails the slow path's on the foreign key, as it would
+    # inside a transaction.
     with context.db.autocommit_connection(context) as connection:
-        profile = connection.execute(
-            _PROFILE_BY_NAME, {'name': profile_name}).one_or_none()
-        if profile is None:
-            raise exception.NotFound(
-                'No device profile named %r exists.' % profile_name,
-                code='cyborg.device_profile.not_found')
-        # Summed before anything is made of them: a profile stored
-        # before counts were capped may ask for millions.
-        counts = _units(profile.profile_json['groups'])
-        total = sum(counts)
-        if total > MAX_ARQS_PER_REQUEST:
-            raise exception.Invalid(
-                'Device profile %s asks for %d accelerators; one request '
-                'may create at most %d accelerator requests.'
-                % (profile_name, total, MAX_ARQS_PER_REQUEST),
-                code='cyborg.arq.too_many')
-        if not total:
-            raise exception.Invalid(
-                'Device profile %s asks for no resources, so there is no '
-                'accelerator to request.' % profile_name,
-                code='cyborg.arq.nothing_requested')
-        rows = [{'uuid': str(uuidlib.uuid4()), 'project_id': project_id,
-                 'state': states.INITIAL, 'device_profile_id': profile.id,
-                 'device_profile_group_id': index, 'created_at': now}
-                for index, count in enumerate(counts)
-                for _ in range(count)]
-        connection.execute(_INSERT_ARQ, rows)
+        rows = None
+        if known is not None:
+            rows = _new_rows(known, project_id, now)
+            if not connection.execute(_insert_if_profile(len(rows)),
+                                      _checked(known, rows)).rowcount:
+                _KNOWN_PROFILES.pop(profile_name, None)
+                rows = None
+        if rows is None:
+            known = _known_profile(connection, profile_name)
+            rows = _new_rows(known, project_id, now)
+            connection.execute(_INSERT_ARQ, rows)
     return [{'uuid': r['uuid'], 'state': r['state'],
              'device_profile_group_id': r['device_profile_group_id'],
              'hostname': None, 'device_rp_uuid': None,
              'instance_uuid': None, 'project_id': project_id,
              'created_at': now, 'updated_at': None,
-             'device_profile_name': profile.name,
+             'device_profile_name': known[2],
              'attach_handle_uuid': None, 'attach_handle_type': None,
              'attach_handle_info': None}
             for r in rows]
+
+
+def _known_profile(connection, profile_name):
+    """(id, uuid, name, counts) of the profile, read and checked; kept in
+    ``_KNOWN_PROFILES``."""
+    profile = connection.execute(
+        _PROFILE_BY_NAME, {'name': profile_name}).one_or_none()
+    if profile is None:
+        raise exception.NotFound(
+            'No device profile named %r exists.' % profile_name,
+            code='cyborg.device_profile.not_found')
+    # Summed before anything is made of them: a profile stored before
+    # counts were capped may ask for millions.
+    counts = _units(profile.profile_json['groups'])
+    total = sum(counts)
+    if total > MAX_ARQS_PER_REQUEST:
+        raise exception.Invalid(
+            'Device profile %s asks for %d accelerators; one request '
+            'may create at most %d accelerator requests.'
+            % (profile_name, total, MAX_ARQS_PER_REQUEST),
+            code='cyborg.arq.too_many')
+    if not total:
+        raise exception.Invalid(
+            'Device profile %s asks for no resources, so there is no '
+            'accelerator to request.' % profile_name,
+            code='cyborg.arq.nothing_requested')
+    known = (profile.id, profile.uuid, profile.name, tuple(counts))
+    if len(_KNOWN_PROFILES) >= _KNOWN_PROFILES_MAX:
+        _KNOWN_PROFILES.clear()
+    _KNOWN_PROFILES[profile_name] = known
+    return known
+
+
+def _new_rows(known, project_id, now):
+    return [{'uuid': str(uuidlib.uuid4()), 'project_id': project_id,
+             'state': states.INITIAL, 'device_profile_id': known[0],
+             'device_profile_group_id': index, 'created_at': now}
+            for index, count in enumerate(known[3])
+            for _ in range(count)]
+
+
+_NEW_ARQ_COLUMNS = ('uuid', 'project_id', 'state', 'device_profile_id',
+                    'device_profile_group_id', 'created_at')
+
+
+@functools.lru_cache(maxsize=MAX_ARQS_PER_REQUEST)
+def _insert_if_profile(count):
+    """INSERT of ``count`` ARQs whose rows exist only if their profile
+    still has the id and uuid given: ``INSERT ... SELECT ... FROM
+    device_profiles WHERE id = :profile_id AND uuid = :profile_uuid``,
+    one SELECT per ARQ (UNION ALL)."""
+    table = ARQ.__table__
+    selects = [
+        sa.select(sa.bindparam('uuid_%d' % i, type_=table.c.uuid.type),
+                  sa.bindparam('project_id', type_=table.c.project_id.type),
+                  sa.bindparam('state', type_=table.c.state.type),
+                  Profile.id,
+                  sa.bindparam('group_%d' % i, type_=sa.Integer),
+                  sa.bindparam('created_at',
+                               type_=table.c.created_at.type))
+        .where(Profile.id == sa.bindparam('profile_id'),
+               Profile.uuid == sa.bindparam('profile_uuid'))
+        for i in range(count)]
+    source = selects[0] if count == 1 else sa.union_all(*selects)
+    # The other columns have server defaults, as the plain INSERT's.
+    return sa.insert(table).from_select(_NEW_ARQ_COLUMNS, source,
+                                        include_defaults=False)
+
+
+def _checked(known, rows):
+    """The parameters of ``_insert_if_profile(len(rows))``."""
+    params = {'project_id': rows[0]['project_id'], 'state': rows[0]['state'],
+              'created_at': rows[0]['created_at'],
+              'profile_id': known[0], 'profile_uuid': known[1]}
+    for i, row in enumerate(rows):
+        params['uuid_%d' % i] = row['uuid']
+        params['group_%d' % i] = row['device_profile_group_id']
+    return params
 
 
 # -- binding -------------------------------------------------------------

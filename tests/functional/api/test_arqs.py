@@ -20,6 +20,7 @@ from cyborg.db import models
 from cyborg.db.api import arqs as arqs_db
 from cyborg.db.api import device_profiles
 from tests import arq_stack
+from tests import db_servers
 from tests.arq_stack import ARQS
 from tests.arq_stack import NoAgent
 from tests.arq_stack import bind_body
@@ -68,6 +69,58 @@ def test_create_makes_one_arq_per_unit_of_every_group(api, profile):
     listed = api.get(ARQS, headers=MEMBER).json['arqs']
     assert [a['uuid'] for a in listed] == [a['uuid'] for a in arqs]
     assert api.get(ARQS + '/' + first['uuid'], headers=MEMBER).json == first
+
+
+def _remake_profile(api, name, groups):
+    for arq in api.get(ARQS, headers=ADMIN).json['arqs']:
+        api.delete(ARQS + '/' + arq['uuid'], headers=ADMIN)
+    api.delete('/v2/device_profiles/' + name, headers=ADMIN)
+    if groups is not None:
+        api.post_json('/v2/device_profiles', [{'name': name,
+                                                'groups': groups}],
+                      headers=ADMIN)
+
+
+@pytest.mark.parametrize(
+    'database_url', [e for e in db_servers.ENGINES if e != 'sqlite'],
+    indirect=True)
+def test_a_known_profile_makes_its_arqs_in_one_statement(api, profile,
+                                                         sql_counter):
+    create(api)
+    sql_counter.reset()
+
+    again = create(api)
+
+    assert again.status_int == 201
+    assert [a['device_profile_group_id'] for a in again.json['arqs']] == [
+        0, 0, 1]
+    [insert] = sql_counter.of_this_thread()
+    assert insert.lstrip().upper().startswith('INSERT')
+    rows = api.get(ARQS, headers=MEMBER).json['arqs']
+    assert len(rows) == 6 and len({a['uuid'] for a in rows}) == 6
+
+
+def test_a_profile_made_again_under_its_name_is_read_again(api, profile):
+    assert create(api).status_int == 201
+    # Same name, another uuid (and, on SQLite, perhaps the same id).
+    _remake_profile(api, 'fpga-dp', [{'resources:FPGA': '1'}] * 2)
+
+    again = create(api)
+
+    assert again.status_int == 201
+    assert [a['device_profile_group_id'] for a in again.json['arqs']] == [
+        0, 1]
+
+
+def test_a_known_profile_since_deleted_is_404(api, profile):
+    assert create(api).status_int == 201
+    _remake_profile(api, 'fpga-dp', None)
+
+    gone = create(api)
+
+    assert gone.status_int == 404
+    assert "No device profile named 'fpga-dp'" in gone.json['error_message']
+    assert api.get(ARQS, headers=ADMIN).json['arqs'] == []
 
 
 @pytest.mark.parametrize('name', ['', 'no-such-profile', '!@#$%^&*()=-[]'])
