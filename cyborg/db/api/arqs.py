@@ -320,29 +320,67 @@ def start_binding(context, bindings, project_id=None, conductor=None):
     refused (Conflict); binds of one instance take turns, so that of two
     at once the second sees the first's ARQs.
     """
-    now = models.utcnow()
     with context.db.writer(context) as session:
-        instances = sorted({b['instance_uuid'] for b in bindings.values()})
-        locking.take_turns(session.connection(),
-                           ['arq-instance:' + i for i in instances],
-                           ARQ.__table__, ARQ.instance_uuid.in_(instances))
-        _refuse_earlier_binds(session, bindings, project_id)
-        sources = states.sources(states.BIND)
-        for uuid, binding in bindings.items():
-            values = {'state': states.BIND_STARTED,
-                      'hostname': binding['hostname'],
-                      'device_rp_uuid': binding['device_rp_uuid'],
-                      'instance_uuid': binding['instance_uuid'],
-                      'bind_started_at': now, 'bind_conductor': conductor,
-                      'nova_event_pending': False}
-            if binding.get('project_id') is not None:
-                values['project_id'] = binding['project_id']
-            done = session.execute(
-                _scoped(sa.update(ARQ), project_id).where(
-                    ARQ.uuid == uuid, ARQ.state.in_(sources)
-                ).values(**values))
-            if done.rowcount != 1:
-                raise _refusal(session, uuid, project_id, states.BIND)
+        _start_binding(session, bindings, project_id, conductor)
+
+
+def _start_binding(session, bindings, project_id, conductor):
+    now = models.utcnow()
+    instances = sorted({b['instance_uuid'] for b in bindings.values()})
+    locking.take_turns(session.connection(),
+                       ['arq-instance:' + i for i in instances],
+                       ARQ.__table__, ARQ.instance_uuid.in_(instances))
+    _refuse_earlier_binds(session, bindings, project_id)
+    sources = states.sources(states.BIND)
+    for uuid, binding in bindings.items():
+        values = {'state': states.BIND_STARTED,
+                  'hostname': binding['hostname'],
+                  'device_rp_uuid': binding['device_rp_uuid'],
+                  'instance_uuid': binding['instance_uuid'],
+                  'bind_started_at': now, 'bind_conductor': conductor,
+                  'nova_event_pending': False}
+        if binding.get('project_id') is not None:
+            values['project_id'] = binding['project_id']
+        done = session.execute(
+            _scoped(sa.update(ARQ), project_id).where(
+                ARQ.uuid == uuid, ARQ.state.in_(sources)
+            ).values(**values))
+        if done.rowcount != 1:
+            raise _refusal(session, uuid, project_id, states.BIND)
+
+
+class _Rehearsed(Exception):
+    """Ends ``rehearse_binding``'s transaction: rolled back."""
+
+
+@_retry_on_deadlock
+def rehearse_binding(context):
+    """Bind a made-up ARQ of a made-up profile to a made-up instance, in
+    a transaction that is then rolled back: nothing stays, not even a
+    lock. A worker that does this as it starts has compiled the bind's
+    statements before its first real bind, which would otherwise pay
+    for them (milliseconds). Workers starting together may deadlock on
+    MariaDB as two binds do (see ``locking``): retried as a whole."""
+    made_up = str(uuidlib.uuid4())
+    now = models.utcnow()
+    try:
+        with context.db.writer(context) as session:
+            connection = session.connection()
+            profile_id = connection.execute(
+                sa.insert(Profile.__table__).values(
+                    uuid=made_up, name='rehearsal-' + made_up,
+                    profile_json={'groups': [{'resources:FPGA': '1'}]},
+                    created_at=now)).inserted_primary_key[0]
+            connection.execute(_INSERT_ARQ, [{
+                'uuid': made_up, 'project_id': None,
+                'state': states.INITIAL, 'device_profile_id': profile_id,
+                'device_profile_group_id': 0, 'created_at': now}])
+            _start_binding(session, {made_up: {
+                'hostname': 'rehearsal', 'device_rp_uuid': made_up,
+                'instance_uuid': made_up}}, None, None)
+            raise _Rehearsed()
+    except _Rehearsed:
+        pass
 
 
 def _refuse_earlier_binds(session, bindings, project_id):
