@@ -31,7 +31,10 @@ The digest is kept only for hosts this conductor owns and is forgotten
 when the ring changes: another conductor may have written the host's
 health meanwhile. A heartbeat older than ``[DEFAULT] service_down_time``
 (queued for a conductor that was down) is dropped: newer ones have been
-handled elsewhere.
+handled elsewhere. So is one whose usage was observed before that of a
+heartbeat of its host handled already (it waited behind it on the bus
+or for the database): neither its usage nor its health is older news
+written over newer.
 
 ``release_quarantines`` is the periodic pass that lifts the quarantine of
 devices that have been healthy for ``[conductor] quarantine_hold_down``
@@ -134,8 +137,13 @@ class DeviceHealth:
         if isinstance(usage, dict):
             figures = {'usage': usage, 'usage_at': _usage_at(usage)}
         with self._at_database:
-            services_db.heartbeat(context, host, services_db.AGENT, version,
-                                  rpc_version, **figures)
+            written = services_db.heartbeat(context, host,
+                                            services_db.AGENT, version,
+                                            rpc_version, **figures)
+        if not written:
+            LOG.debug('A heartbeat of agent %s came after a newer one: '
+                      'its usage and health are left', host)
+            return []
         if health is None:  # an agent of an older release
             return []
         return self.record(context, host, _observed(host, health))

@@ -29,11 +29,16 @@ _heartbeat_updates = {}
 def _heartbeat_update(names):
     statement = _heartbeat_updates.get(names)
     if statement is None:
-        statement = _services.update().where(
-            (_services.c.host == sa.bindparam('w_host'))
-            & (_services.c.binary == sa.bindparam('w_binary'))).values({
-                name: sa.bindparam('v_' + name, type_=_services.c[name].type)
-                for name in names})
+        where = ((_services.c.host == sa.bindparam('w_host'))
+                 & (_services.c.binary == sa.bindparam('w_binary')))
+        if 'usage_at' in names:
+            # A heartbeat that waited behind a newer one of its host (on
+            # the bus, or for the database) leaves the newer's figures.
+            where &= (_services.c.usage_at.is_(None)
+                      | (_services.c.usage_at <= sa.bindparam('v_usage_at')))
+        statement = _services.update().where(where).values({
+            name: sa.bindparam('v_' + name, type_=_services.c[name].type)
+            for name in names})
         _heartbeat_updates[names] = statement
     return statement
 
@@ -42,7 +47,9 @@ def heartbeat(context, host, binary, version=None, rpc_version=None,
               **figures):
     """Record that ``binary`` on ``host`` is alive now: one UPDATE, and
     an INSERT the first time. ``figures`` are other columns of the row
-    written with it (an agent's ``usage`` and ``usage_at``)."""
+    written with it (an agent's ``usage`` and ``usage_at``). Returns
+    whether it was written: not when the row holds figures observed
+    later (``usage_at``) than these, from a heartbeat handled first."""
     now = models.utcnow()
     values = dict(figures, last_seen_at=now, updated_at=now)
     if version is not None:
@@ -57,16 +64,18 @@ def heartbeat(context, host, binary, version=None, rpc_version=None,
     with context.db.write_connection(context) as connection:
         updated = connection.execute(update, parameters).rowcount
     if updated:
-        return
+        return True
     try:
         with context.db.writer(context) as session:
             session.connection().execute(_services.insert().values(
                 host=host, binary=binary, version=version, **figures,
                 rpc_version=rpc_version, last_seen_at=now, created_at=now))
+        return True
     except db_exception.DBDuplicateEntry:
-        # Another process of the same host and binary inserted first.
+        # Another process of the same host and binary inserted first, or
+        # the row holds newer figures.
         with context.db.write_connection(context) as connection:
-            connection.execute(update, parameters)
+            return bool(connection.execute(update, parameters).rowcount)
 
 
 def list_services(context, binary=None, host=None):

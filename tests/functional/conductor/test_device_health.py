@@ -309,6 +309,30 @@ def test_quarantine_override_holds_across_reports_heartbeats_and_restarts(
     assert rig.reserved() == FREE
 
 
+def test_a_heartbeat_handled_after_a_newer_one_changes_nothing(rig):
+    seen = rig.heartbeat()
+    observed = seen['usage'][H100]['observed_at']
+    fault = {H100: {'state': 'unhealthy', 'reason': 'fatal'}}
+
+    # Sent before the one just handled, it waited on the bus: its fault
+    # is older news than the newer heartbeat's health.
+    late = rig.health.heartbeat(
+        rig.context, HOST, health=fault,
+        usage={H100: dict(seen['usage'][H100], observed_at=observed - 30)})
+
+    assert late == []
+    row = rig.device()
+    assert (row.health, row.quarantined) == ('healthy', False)
+    [agent] = agent_rows(rig.db)
+    assert agent.usage[H100]['observed_at'] == observed
+
+    # The same fault observed later is recorded.
+    rig.health.heartbeat(
+        rig.context, HOST, health=fault,
+        usage={H100: dict(seen['usage'][H100], observed_at=observed + 30)})
+    assert rig.device().health == 'unhealthy'
+
+
 class OwnsNothing:
     """The ring as a conductor sees it that owns none of the hosts."""
 

@@ -81,6 +81,27 @@ def test_heartbeat_is_one_update_with_its_figures(admin_context,
                for names, statement in built.items())
 
 
+def test_a_heartbeat_behind_a_newer_one_leaves_its_figures(admin_context,
+                                                            db):
+    newer = {'0000:10:00.0': {'gpu_util_percent': 90, 'observed_at': 20.0}}
+    older = {'0000:10:00.0': {'gpu_util_percent': 5, 'observed_at': 10.0}}
+    at = datetime.datetime(2030, 1, 2, 3, 4, 5)
+    later = at + datetime.timedelta(seconds=10)
+    assert services_db.heartbeat(admin_context, 'h', AGENT, usage=newer,
+                                 usage_at=later)
+
+    # Handled after it, though observed before: not written.
+    assert not services_db.heartbeat(admin_context, 'h', AGENT,
+                                     usage=older, usage_at=at)
+    row = rows(admin_context)[('h', AGENT)]
+    assert (row.usage, row.usage_at) == (newer, later)
+
+    # Observed in the same second, or later: written.
+    assert services_db.heartbeat(admin_context, 'h', AGENT, usage=older,
+                                 usage_at=later)
+    assert rows(admin_context)[('h', AGENT)].usage == older
+
+
 def test_heartbeat_in_a_transaction_is_part_of_it(admin_context):
     class Undo(Exception):
         pass
