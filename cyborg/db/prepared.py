@@ -1,13 +1,14 @@
-"""SELECTs built once and sent on the driver's own cursor.
+"""Statements built once and sent on the driver's own cursor.
 
 SQLAlchemy's execution (a Connection, its execution context, the Result
-and its Row objects) costs more than the round trip of a small SELECT on
-a busy list endpoint. A ``Prepared`` statement is compiled by SQLAlchemy
+and its Row objects) costs more than the round trip of a small statement
+on a busy endpoint. A ``Prepared`` statement is compiled by SQLAlchemy
 once per dialect and then sent as plain SQL on a pooled connection's
-DBAPI cursor, its rows returned as the driver's tuples. Only a statement
-that SQLAlchemy would add nothing to qualifies: no column whose type
-converts what the driver returns, no parameter whose type converts what
-is sent, no parameter rendered at execution (expanding IN lists).
+DBAPI cursor: a SELECT's rows come back as the driver's tuples, a
+write's count of rows. Only a statement that SQLAlchemy would add
+nothing to qualifies: no column whose type converts what the driver
+returns, no parameter whose type converts what is sent, no parameter
+rendered at execution (expanding IN lists).
 Anything else runs through SQLAlchemy as usual, and so does every
 statement of an engine whose statements something watches (SQL logging,
 ``[database] connection_debug``, or an event listener: a profiler, a
@@ -47,7 +48,8 @@ def _form(statement, dialect):
     compiled = statement.compile(dialect=dialect)
     if compiled.literal_execute_params or compiled.post_compile_params:
         return None
-    for column in statement.selected_columns:
+    # A write (no RETURNING) has no columns to convert.
+    for column in getattr(statement, 'selected_columns', ()):
         if column.type.dialect_impl(dialect).result_processor(
                 dialect, None) is not None:
             return None
@@ -89,13 +91,25 @@ def fetch_all(engine, sql, arguments):
     """Every row of ``sql`` on a connection of ``engine``'s pool, as the
     driver's tuples. A connection that turns out broken is invalidated
     (DBConnectionError); another driver error is a DBError."""
+    return _on_cursor(engine, sql, arguments,
+                      lambda cursor: list(cursor.fetchall()))
+
+
+def write(engine, sql, arguments):
+    """Run ``sql`` (a write, committed on its own by the autocommit
+    connection) on a connection of ``engine``'s pool; the number of rows
+    it matched. Errors as ``fetch_all``'s."""
+    return _on_cursor(engine, sql, arguments, lambda cursor: cursor.rowcount)
+
+
+def _on_cursor(engine, sql, arguments, result):
     connection = engine.raw_connection()
     dbapi_error = engine.dialect.loaded_dbapi.Error
     try:
         cursor = connection.cursor()
         try:
             cursor.execute(sql, arguments)
-            return list(cursor.fetchall())
+            return result(cursor)
         except dbapi_error as e:
             if engine.dialect.is_disconnect(e, connection.dbapi_connection,
                                             cursor):

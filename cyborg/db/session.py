@@ -182,6 +182,29 @@ class Database:
             # As read_rows: the server restarted, say.
             return db_prepared.fetch_all(engine, sql, arguments(params))
 
+    def write_prepared(self, context, prepared, params=None):
+        """Run a ``prepared.Prepared`` write that commits on its own (as
+        in ``autocommit_connection``); the number of rows it matched.
+
+        On the driver's cursor where the statement allows it. A driver
+        error there sends the statement again through SQLAlchemy, whose
+        error (translated by oslo.db) is the one raised: a statement that
+        failed in autocommit changed nothing.
+        """
+        if not (self._sqlite or _in_transaction(context)):
+            engine = self._autocommit_engine()
+            form = (None if db_prepared.watched(engine)
+                    else prepared.form(engine.dialect))
+            if form is not None:
+                sql, arguments = form
+                try:
+                    return db_prepared.write(engine, sql, arguments(params))
+                except db_exc.DBError:
+                    pass
+        with self.autocommit_connection(context) as connection:
+            return connection.execute(prepared.statement,
+                                      params or {}).rowcount
+
     def _autocommit_engine(self):
         if self._autocommit is None:
             with self._autocommit_lock:

@@ -23,6 +23,7 @@ from sqlalchemy import orm
 from cyborg import exception
 from cyborg import states
 from cyborg.db import models
+from cyborg.db import prepared
 from cyborg.db.api import locking
 from cyborg.db.api import pagination
 
@@ -183,18 +184,18 @@ def create_arqs(context, profile_name, project_id):
     now = models.utcnow()
     known = (None if context.db.reuses_ids
              else _KNOWN_PROFILES.get(profile_name))
-    # No transaction: each INSERT commits on its own. A profile deleted
-    # meanwhile fails the slow path's on the foreign key, as it would
-    # inside a transaction.
-    with context.db.autocommit_connection(context) as connection:
-        rows = None
-        if known is not None:
-            rows = _new_rows(known, project_id, now)
-            if not connection.execute(_insert_if_profile(len(rows)),
-                                      _checked(known, rows)).rowcount:
-                _KNOWN_PROFILES.pop(profile_name, None)
-                rows = None
-        if rows is None:
+    rows = None
+    if known is not None:
+        rows = _new_rows(known, project_id, now)
+        if not context.db.write_prepared(
+                context, _insert_if_profile(len(rows)), _checked(known, rows)):
+            _KNOWN_PROFILES.pop(profile_name, None)
+            rows = None
+    if rows is None:
+        # No transaction: the profile is read, then one INSERT of every
+        # row commits on its own (a profile deleted in between fails it
+        # on the foreign key, as it would inside a transaction).
+        with context.db.autocommit_connection(context) as connection:
             known = _known_profile(connection, profile_name)
             rows = _new_rows(known, project_id, now)
             connection.execute(_INSERT_ARQ, rows)
@@ -272,8 +273,8 @@ def _insert_if_profile(count):
         for i in range(count)]
     source = selects[0] if count == 1 else sa.union_all(*selects)
     # The other columns have server defaults, as the plain INSERT's.
-    return sa.insert(table).from_select(_NEW_ARQ_COLUMNS, source,
-                                        include_defaults=False)
+    return prepared.Prepared(sa.insert(table).from_select(
+        _NEW_ARQ_COLUMNS, source, include_defaults=False))
 
 
 def _checked(known, rows):
@@ -953,7 +954,7 @@ def _delete_unheld(scoped):
         ARQ.attach_handle_id.is_(None))
     if scoped:
         stmt = stmt.where(ARQ.project_id == sa.bindparam('project'))
-    return stmt
+    return prepared.Prepared(stmt)
 
 
 @_retry_on_deadlock
@@ -973,10 +974,12 @@ def delete_arqs(context, uuids=None, instance_uuid=None, project_id=None,
         # The common case (an ARQ never bound, or unbound since) in one
         # round trip. Any other (not found, bound, holding a handle) is
         # left alone here and decided below.
-        with context.db.autocommit_connection(context) as connection:
-            if connection.execute(_delete_unheld(project_id is not None), {
-                    'uuid': uuids[0], 'project': project_id}).rowcount:
-                return [{'uuid': uuids[0]}], []
+        params = {'uuid': uuids[0]}
+        if project_id is not None:
+            params['project'] = project_id
+        if context.db.write_prepared(
+                context, _delete_unheld(project_id is not None), params):
+            return [{'uuid': uuids[0]}], []
     with context.db.write_connection(context) as connection:
         rows = connection.execute(
             _deleting(uuids is not None, project_id is not None),

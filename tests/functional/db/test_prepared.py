@@ -4,6 +4,7 @@ give, on each engine."""
 
 import datetime
 
+from oslo_db import exception as db_exc
 import pytest
 import sqlalchemy as sa
 
@@ -120,3 +121,36 @@ def test_inside_a_transaction_it_reads_what_the_transaction_wrote(
         rows = db.read_prepared(admin_context, prepared.Prepared(
             sa.select(Profile.c.name)))
     assert rows == [('uncommitted',)]
+
+
+def _deleting():
+    return prepared.Prepared(
+        sa.delete(Profile).where(Profile.c.name == sa.bindparam('n')))
+
+
+def test_a_write_counts_its_rows_and_commits(db, admin_context, three):
+    assert db.write_prepared(admin_context, _deleting(), {'n': 'p2'}) == 1
+    assert db.write_prepared(admin_context, _deleting(), {'n': 'p2'}) == 0
+
+    assert [r[1] for r in _through_sqlalchemy(db, sa.select(
+        Profile.c.id, Profile.c.name).order_by(Profile.c.id))] == ['p1', 'p3']
+
+
+def test_a_write_the_database_refuses_raises_what_oslo_db_says(
+        db, admin_context):
+    arqs = models.ExtendedAcceleratorRequest.__table__
+    orphan = prepared.Prepared(sa.insert(arqs).values(
+        uuid='u-1', state='Initial', device_profile_id=sa.bindparam('p'),
+        device_profile_group_id=0, created_at=models.utcnow()))
+
+    with pytest.raises(db_exc.DBReferenceError):
+        db.write_prepared(admin_context, orphan, {'p': 12345})
+    assert _through_sqlalchemy(db, sa.select(arqs.c.uuid)) == []
+
+
+def test_a_watched_engine_sees_every_write(db, admin_context, three,
+                                           sql_counter):
+    assert db.write_prepared(admin_context, _deleting(), {'n': 'p1'}) == 1
+
+    [statement] = sql_counter.statements
+    assert statement.lstrip().upper().startswith('DELETE')
