@@ -24,6 +24,7 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
+from cyborg.clients import placement as placement_client
 from cyborg.db import models
 from tests import db_servers
 from tests.placement_service import create_compute_node
@@ -299,9 +300,20 @@ class Deployment:
         """{RP name: (uuid, generation, inventories)} under the host."""
         client = self.placement.client()
         compute = client.find_provider_by_name(self.compute_node_name)
+        for _ in range(10):
+            try:
+                return self._providers_in(client, compute['uuid'])
+            except placement_client.NotFound:
+                # The conductor deleted one since the listing (a device
+                # that left): read the tree again.
+                time.sleep(0.2)
+        return self._providers_in(client, compute['uuid'])
+
+    @staticmethod
+    def _providers_in(client, compute_uuid):
         found = {}
-        for rp in client.providers_in_tree(compute['uuid']):
-            if rp['uuid'] == compute['uuid']:
+        for rp in client.providers_in_tree(compute_uuid):
+            if rp['uuid'] == compute_uuid:
                 continue
             _generation, inventories = client.get_inventories(rp['uuid'])
             found[rp['name']] = (rp['uuid'], rp['generation'], {
