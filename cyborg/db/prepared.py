@@ -23,7 +23,7 @@ from sqlalchemy import exc as sa_exc
 
 
 class Prepared:
-    """A SELECT of Core columns, built once (at import, or cached)."""
+    """A Core statement, built once (at import, or cached)."""
 
     def __init__(self, statement):
         self.statement = statement

@@ -164,18 +164,12 @@ class Database:
         allows it (see ``cyborg.db.prepared``); through SQLAlchemy on
         SQLite and inside a transaction of ``context``.
         """
-        if self._sqlite or _in_transaction(context):
-            with self.read_connection(context) as connection:
-                return [tuple(row) for row in connection.execute(
-                    prepared.statement, params or {})]
-        engine = self._autocommit_engine()
-        form = (None if db_prepared.watched(engine)
-                else prepared.form(engine.dialect))
-        if form is None:
+        on_cursor = self._on_cursor(context, prepared)
+        if on_cursor is None:
             statement = prepared.statement
             return [tuple(row) for row in self.read_rows(
                 context, statement.params(params) if params else statement)]
-        sql, arguments = form
+        engine, sql, arguments = on_cursor
         try:
             return db_prepared.fetch_all(engine, sql, arguments(params))
         except db_exc.DBConnectionError:
@@ -191,19 +185,29 @@ class Database:
         error (translated by oslo.db) is the one raised: a statement that
         failed in autocommit changed nothing.
         """
-        if not (self._sqlite or _in_transaction(context)):
-            engine = self._autocommit_engine()
-            form = (None if db_prepared.watched(engine)
-                    else prepared.form(engine.dialect))
-            if form is not None:
-                sql, arguments = form
-                try:
-                    return db_prepared.write(engine, sql, arguments(params))
-                except db_exc.DBError:
-                    pass
+        on_cursor = self._on_cursor(context, prepared)
+        if on_cursor is not None:
+            engine, sql, arguments = on_cursor
+            try:
+                return db_prepared.write(engine, sql, arguments(params))
+            except db_exc.DBError:
+                pass
         with self.autocommit_connection(context) as connection:
             return connection.execute(prepared.statement,
                                       params or {}).rowcount
+
+    def _on_cursor(self, context, prepared):
+        """``(engine, sql, arguments)`` to send ``prepared`` on the driver's
+        cursor, or None where SQLAlchemy must run it: on SQLite, inside a
+        transaction of ``context``, when the engine is watched or the
+        statement does not allow it."""
+        if self._sqlite or _in_transaction(context):
+            return None
+        engine = self._autocommit_engine()
+        if db_prepared.watched(engine):
+            return None
+        form = prepared.form(engine.dialect)
+        return None if form is None else (engine, *form)
 
     def _autocommit_engine(self):
         if self._autocommit is None:
