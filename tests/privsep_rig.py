@@ -5,8 +5,9 @@
   daemon. For tests of drivers and of the agent, whose subject is not
   privilege separation.
 - ``Daemon``: a real privsep daemon, started the way the agent starts it
-  (oslo.privsep's ``helper_command``), running ``privsep-helper`` directly:
-  the tests run as root, so no sudo is needed in between.
+  (oslo.privsep's ``helper_command``, through ``cyborg-privsep-launcher``),
+  running ``privsep-helper`` directly: the tests run as root, so no sudo
+  is needed in between.
 """
 
 import contextlib
@@ -25,6 +26,11 @@ def privsep_helper():
     path = os.path.join(os.path.dirname(sys.executable), 'privsep-helper')
     assert os.path.exists(path), 'privsep-helper is not installed'
     return path
+
+
+def launcher_command(link):
+    """``cyborg-privsep-launcher link``, as this Python runs it."""
+    return [sys.executable, '-m', 'cyborg.privsep.launcher', link]
 
 
 @contextlib.contextmanager
@@ -52,7 +58,10 @@ class Daemon:
         self.config_file = os.path.join(str(directory), 'privsep.conf')
         with open(self.config_file, 'w') as f:
             f.write('[pci]\nsysfs_root = %s\n' % self.root)
+        links = os.path.join(str(directory), 'privsep-link')
+        os.mkdir(links, 0o700)
         self.helper_command = ' '.join(shlex.quote(part) for part in [
+            *launcher_command(os.path.join(links, 'agent.sock')),
             'env', 'PATH=' + path, privsep_helper(), '--config-file',
             self.config_file])
         self.pid = None

@@ -4,15 +4,24 @@ Only a tool of ``TOOLS`` runs, found on the daemon's own ``PATH`` (sudo's
 ``secure_path`` in production, never the agent's), and only with
 arguments of one of the shapes listed for it: fixed words, PCI address
 parts, and one bitstream, an absolute path to a regular file whose real
-path ends with the tool's suffix. The tool gets the real path, no
-standard input, a bounding set of ``TOOL_CAPABILITIES`` with no new
-privileges (``setpriv``), and at most ``timeout`` seconds.
+path ends with the tool's suffix and which belongs to the agent's user.
+
+The bitstream is opened once (the last component not followed if it is a
+link) and the checks are made on the open file, whose path the kernel
+reports; the tool reads that same file through ``/dev/fd/<n>``. A path
+that the agent's user changes between the check and the tool's run
+(a link swapped in, a file renamed over it) therefore changes nothing.
+
+The tool gets no standard input, a bounding set of ``TOOL_CAPABILITIES``
+with no new privileges (``setpriv``), and at most ``timeout`` seconds.
 
 A failed run is no error here: the exit status and the end of what the
 tool wrote come back for the driver to report.
 """
 
 import collections
+import contextlib
+import errno
 import os
 import re
 import shutil
@@ -78,26 +87,56 @@ def _fits(shape, args):
     return True
 
 
-def _bitstream(path, suffix):
-    """The real path of the bitstream ``path``, a regular file."""
+def agent_uid():
+    """The uid of the agent's user: sudo, which started the daemon, names
+    the caller in SUDO_UID (the caller cannot set it); without sudo, the
+    daemon was started by root itself."""
+    return int(os.environ.get('SUDO_UID', os.getuid()))
+
+
+def _open_bitstream(path, suffix):
+    """A descriptor of the bitstream ``path``, checked: a regular file of
+    the agent's user whose real path has the tool's suffix."""
     real = os.path.realpath(path)
+    # Refused before it is opened: opening some device files acts.
     if not real.endswith(suffix):
         raise checks.InvalidArgument('bitstream %s (%s) is not a %s file'
                                      % (path, real, suffix))
     try:
-        mode = os.stat(real).st_mode
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise checks.InvalidArgument('bitstream %s (%s) became a link '
+                                         'when it was opened' % (path, real))
         raise checks.InvalidArgument('bitstream %s: %s' % (path,
                                                            exc.strerror))
-    if not stat.S_ISREG(mode):
+    try:
+        _check_open_bitstream(fd, path, suffix)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_open_bitstream(fd, path, suffix):
+    info = os.fstat(fd)
+    opened = os.readlink('/proc/self/fd/%d' % fd)
+    if not stat.S_ISREG(info.st_mode):
         raise checks.InvalidArgument('bitstream %s (%s) is not a regular '
-                                     'file' % (path, real))
-    return real
+                                     'file' % (path, opened))
+    if not opened.endswith(suffix):
+        raise checks.InvalidArgument('bitstream %s (%s) is not a %s file'
+                                     % (path, opened, suffix))
+    owner = agent_uid()
+    if info.st_uid != owner:
+        raise checks.InvalidArgument(
+            'bitstream %s (%s) belongs to uid %d, not to the agent\'s user '
+            '(uid %d)' % (path, opened, info.st_uid, owner))
 
 
-def checked_args(tool_name, args):
-    """``args`` with the bitstream's real path, if the tool is known and
-    ``args`` has one of its shapes; else InvalidArgument."""
+def _shape(tool_name, args):
+    """The shape of ``tool_name`` that ``args`` has; else InvalidArgument."""
     tool = TOOLS.get(tool_name) if isinstance(tool_name, str) else None
     if tool is None:
         raise checks.InvalidArgument('%r is not a known FPGA tool (known: '
@@ -108,11 +147,25 @@ def checked_args(tool_name, args):
                                      'strings, not %r' % (tool_name, args))
     for shape in tool.shapes:
         if _fits(shape, args):
-            return [_bitstream(arg, tool.suffix) if expected is BITSTREAM
-                    else arg
-                    for expected, arg in zip(shape, args, strict=True)]
+            return tool, shape
     raise checks.InvalidArgument('%s does not take the arguments %s'
                                  % (tool_name, ' '.join(args)))
+
+
+@contextlib.contextmanager
+def checked_args(tool_name, args):
+    """``args`` with the bitstream as ``/dev/fd/<n>``, open while the
+    context lasts, if the tool is known, ``args`` has one of its shapes
+    and the bitstream passes its checks; else InvalidArgument."""
+    tool, shape = _shape(tool_name, args)
+    [path] = [arg for expected, arg in zip(shape, args, strict=True)
+              if expected is BITSTREAM]
+    fd = _open_bitstream(path, tool.suffix)
+    try:
+        yield [('/dev/fd/%d' % fd) if expected is BITSTREAM else arg
+               for expected, arg in zip(shape, args, strict=True)], fd
+    finally:
+        os.close(fd)
 
 
 def _seconds(timeout):
@@ -139,8 +192,12 @@ def _bounding_set():
 @agent_pctxt.entrypoint_with_timeout(MAX_SECONDS + 30)
 def run_fpga_tool(tool_name, args, timeout):
     """Run the tool; ``{'status', 'stdout', 'stderr'}`` (output ends)."""
-    args = checked_args(tool_name, args)
     timeout = _seconds(timeout)
+    with checked_args(tool_name, args) as (args, fd):
+        return _run(tool_name, args, fd, timeout)
+
+
+def _run(tool_name, args, fd, timeout):
     command = ' '.join([tool_name, *args])
     executable = shutil.which(tool_name)
     if executable is None:
@@ -154,10 +211,11 @@ def run_fpga_tool(tool_name, args, timeout):
     argv = [setpriv, '--bounding-set', _bounding_set(), '--inh-caps', '-all',
             '--no-new-privs', '--', executable, *args]
     try:
+        # The bitstream's descriptor is the tool's too, at the same number.
         result = subprocess.run(argv, stdin=subprocess.DEVNULL,
                                 capture_output=True, text=True,
                                 errors='replace', timeout=timeout,
-                                check=False)
+                                pass_fds=(fd,), check=False)
     except subprocess.TimeoutExpired:
         raise ToolError('%s did not finish within %d s' % (command, timeout))
     except OSError as exc:

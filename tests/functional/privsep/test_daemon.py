@@ -10,6 +10,7 @@ refused call leaves the tree (and what lies outside it) exactly as it was.
 """
 
 import os
+import re
 import shutil
 
 import pytest
@@ -31,9 +32,14 @@ T4_TYPE = 'nvidia-222'
 T4_MDEV = hosts.T4_MDEVS[0]
 NEW = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d'
 GBS_ARGS = ['--bus', '0x13', '--device', '0x00', '--function', '0x0']
-# A vendor tool stand-in: records its arguments and its capabilities.
+# A vendor tool stand-in: records its arguments and its capabilities, runs
+# record/race (what the agent's user might do meanwhile) if there is one,
+# then records what it reads from its last argument, the bitstream.
 TOOL = '''#!/bin/sh
 printf '%%s\\n' "$@" > %(record)s/argv
+for last in "$@"; do :; done
+[ -f %(record)s/race ] && sh %(record)s/race
+cat "$last" > %(record)s/input 2>/dev/null
 grep -E '^(Uid|CapBnd|CapEff|NoNewPrivs):' /proc/self/status \\
     > %(record)s/status
 echo programmed
@@ -256,12 +262,18 @@ def gbs(host):
     return path
 
 
+def _tool_argv(host):
+    return (host.record / 'argv').read_text().splitlines()
+
+
 def test_a_tool_runs_with_its_bounding_set(host, gbs):
     result = fpga_tool.run_fpga_tool('fpgaconf', GBS_ARGS + [str(gbs)], 30)
     assert result == {'status': 0, 'stdout': 'programmed',
                       'stderr': 'warned'}
-    assert (host.record / 'argv').read_text().splitlines() == (
-        GBS_ARGS + [str(gbs)])
+    argv = _tool_argv(host)
+    assert argv[:-1] == GBS_ARGS
+    assert re.fullmatch(r'/dev/fd/\d+', argv[-1])
+    assert (host.record / 'input').read_bytes() == gbs.read_bytes()
     status = dict(line.split(':\t') for line in
                   (host.record / 'status').read_text().splitlines())
     bounding = privsep_rig.capability_mask(privsep.TOOL_CAPABILITIES)
@@ -276,13 +288,42 @@ def test_a_failed_run_comes_back_with_its_status(host, gbs):
     assert result['status'] == 4
 
 
-def test_a_tool_gets_the_real_path_of_the_bitstream(host, gbs):
+def test_a_tool_reads_the_bitstream_behind_a_link(host, gbs):
     link = host.outside / 'link.gbs'
     link.symlink_to(gbs)
     fpga_tool.run_fpga_tool('fpgaconf', ['--segment', '0x0001'] + GBS_ARGS
                             + [str(link)], 30)
-    assert (host.record / 'argv').read_text().splitlines() == (
-        ['--segment', '0x0001'] + GBS_ARGS + [str(gbs)])
+    argv = _tool_argv(host)
+    assert argv[:-1] == ['--segment', '0x0001'] + GBS_ARGS
+    assert re.fullmatch(r'/dev/fd/\d+', argv[-1])
+    assert (host.record / 'input').read_bytes() == gbs.read_bytes()
+
+
+def test_a_bitstream_swapped_after_its_check_is_not_what_the_tool_reads(
+        host, gbs):
+    """The agent's user replaces the checked file with a link to a file
+    only root may read while the tool starts: the tool still reads the
+    file that was checked."""
+    secret = host.outside / 'secret'
+    secret.write_bytes(b'root only')
+    secret.chmod(0o600)
+    (host.record / 'race').write_text('rm -f %s && ln -s %s %s\n'
+                                      % (gbs, secret, gbs))
+    result = fpga_tool.run_fpga_tool('fpgaconf', GBS_ARGS + [str(gbs)], 30)
+    assert result['status'] == 0
+    assert gbs.is_symlink()  # the swap happened
+    assert (host.record / 'input').read_bytes() == b'GBS\x00green bitstream'
+
+
+def test_a_bitstream_of_another_user_is_refused(host, gbs):
+    """The daemon reads what the agent's user may not: a file of someone
+    else (a hard link to it, say) is not handed to a tool."""
+    os.chown(gbs, 65534, 65534)
+    refused(host, fpga_tool.run_fpga_tool, 'fpgaconf',
+            GBS_ARGS + [str(gbs)], 30,
+            match=r'belongs to uid 65534, not to the agent\'s user '
+                  r'\(uid 0\)')
+    assert not (host.record / 'argv').exists()
 
 
 def test_a_missing_tool_is_named(host, tmp_path):
@@ -328,10 +369,13 @@ def test_bitstreams_that_are_no_bitstream_files_are_refused(host, gbs):
     shadow.symlink_to('/etc/passwd')
     directory = host.outside / 'dir.gbs'
     directory.mkdir()
+    fifo = host.outside / 'fifo.gbs'
+    os.mkfifo(fifo)
     for path, match in ((shadow, r'\(/etc/passwd\) is not a \.gbs file'),
                         (host.outside / 'x.xclbin', r'is not a \.gbs file'),
                         (host.outside / 'missing.gbs', 'No such file'),
-                        (directory, 'is not a regular file')):
+                        (directory, 'is not a regular file'),
+                        (fifo, 'is not a regular file')):
         refused(host, fpga_tool.run_fpga_tool, 'fpgaconf',
                 GBS_ARGS + [str(path)], 30, match=match)
 
