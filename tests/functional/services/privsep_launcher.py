@@ -1,51 +1,59 @@
 """A stand-in for sudo, for tests only: starts the privsep daemon of an
 agent that runs as an unprivileged user.
 
-In production the agent's ``[privsep_agent] helper_command`` is ``sudo
-privsep-helper --config-file /etc/cyborg/cyborg.conf`` (or rootwrap), and
-sudoers lets the agent's user run it as root. This machine has no sudo,
-and an unprivileged process cannot become root by itself, so:
+In production the agent's ``[privsep_agent] helper_command`` is
+``cyborg-privsep-launcher <link> sudo privsep-helper --config-file
+/etc/cyborg/cyborg.conf``, and one sudoers rule lets the agent's user run
+that helper's command line, word for word, as root. The tests cannot let
+an unprivileged process become root through sudo, so:
 
 - ``Launcher`` is a thread of the test process, which runs as root. It
-  listens on a Unix socket and runs ``privsep-helper`` as root for each
-  request.
-- The agent's ``helper_command`` is this file run as a script,
-  ``python privsep_launcher.py <socket>``: oslo.privsep appends
-  ``--privsep_context <context> --privsep_sock_path <path>``, the script
-  passes them to the launcher and exits with the status of the
-  privsep-helper that the launcher ran. That helper connects to the
-  agent's socket, forks the daemon and exits, as under sudo.
+  listens on a Unix socket and, for each request that its sudoers rule
+  allows, runs the command as root, with the variables sudo sets.
+- In the agent's ``helper_command``, this file run as a script,
+  ``python privsep_launcher.py <socket>``, takes the place of ``sudo``:
+  it passes the command that follows to the launcher and exits with the
+  status of what the launcher ran.
 
-Like a strict sudoers line, the launcher serves only the user it was made
-for (the peer's uid, ``SO_PEERCRED``), only the agent's context, and gives
-privsep-helper its own configuration file, never one the caller names.
+As sudo does with the rule, the launcher serves only the rule's user (the
+peer's uid, ``SO_PEERCRED``) and only the rule's command line, compared
+word for word: nothing more, nothing less.
 """
 
 import json
 import os
+import pwd
 import socket
 import struct
 import subprocess
 import sys
 import threading
 
-CONTEXT = 'cyborg.privsep.agent_pctxt'
 HELPER_TIMEOUT = 60
+_RULE_RUNS_AS = 'ALL=(root)'
+_RULE_TAG = 'NOPASSWD:'
 
 
-def helper_command(socket_path):
-    """The agent's ``[privsep_agent] helper_command`` for a launcher."""
-    return '%s %s %s' % (sys.executable, os.path.abspath(__file__),
-                         socket_path)
+def sudo_command(socket_path):
+    """What takes the place of ``sudo`` in a ``helper_command``."""
+    return [sys.executable, os.path.abspath(__file__), socket_path]
+
+
+def parse_rule(rule):
+    """``(user, command words)`` of a sudoers line ``user ALL=(root)
+    NOPASSWD: command...``."""
+    user, runs_as, tag, *command = rule.split()
+    assert (runs_as, tag) == (_RULE_RUNS_AS, _RULE_TAG), rule
+    return user, command
 
 
 class Launcher:
-    """Runs ``privsep-helper --config-file <config_file>`` as root for the
-    user ``uid``; what it was asked and answered is in ``requests``."""
+    """Runs, as root, the command of the sudoers line ``rule`` for its
+    user; what it was asked and answered is in ``requests``."""
 
-    def __init__(self, directory, uid, config_file, log_file):
-        self.uid = uid
-        self.config_file = str(config_file)
+    def __init__(self, directory, rule, log_file):
+        user, self.command = parse_rule(rule)
+        self.user = pwd.getpwnam(user)
         self.log_file = str(log_file)
         self.socket_path = os.path.join(str(directory), 'launcher.sock')
         self.requests = []
@@ -73,22 +81,22 @@ class Launcher:
         connection.settimeout(HELPER_TIMEOUT)
         with connection.makefile('r') as lines:
             args = json.loads(lines.readline() or 'null')
-        if uid != self.uid:
-            status, why = 1, 'uid %d may not start a privsep daemon' % uid
-        elif not (isinstance(args, list) and len(args) == 4
-                  and args[:3] == ['--privsep_context', CONTEXT,
-                                   '--privsep_sock_path']
-                  and os.path.isabs(args[3])):
-            status, why = 1, 'not the arguments of privsep-helper'
+        if uid != self.user.pw_uid:
+            status, why = 1, 'uid %d may not run %s' % (uid, args)
+        elif args != self.command:
+            status, why = 1, '%s is not the command of the rule' % (args,)
         else:
-            helper = os.path.join(os.path.dirname(sys.executable),
-                                  'privsep-helper')
+            # The test's environment (its PYTHONPATH finds this tree's
+            # cyborg) and what sudo tells the command about its caller.
+            environment = dict(os.environ, SUDO_USER=self.user.pw_name,
+                               SUDO_UID=str(self.user.pw_uid),
+                               SUDO_GID=str(self.user.pw_gid))
             with open(self.log_file, 'ab') as log:
                 status = subprocess.run(
-                    [helper, '--config-file', self.config_file, *args],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    timeout=HELPER_TIMEOUT, check=False).returncode
-            why = 'privsep-helper exited %d' % status
+                    args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    env=environment, timeout=HELPER_TIMEOUT,
+                    check=False).returncode
+            why = '%s exited %d' % (args[0], status)
         self.requests.append((uid, args, status, why))
         connection.sendall(b'%d\n' % status)
 

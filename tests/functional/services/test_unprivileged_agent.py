@@ -4,8 +4,10 @@ daemon, which is.
 The agent runs as ``nobody``, with no capability it could ever regain,
 with the NVIDIA driver over the recorded GPU host, whose sysfs files
 belong to root and are not writable by others.
-Its ``[privsep_agent] helper_command`` asks ``privsep_launcher`` (what
-sudo is in production) to start its daemon as root. The test calls the
+Its ``[privsep_agent] helper_command`` is ``cyborg-privsep-launcher``
+with ``privsep_launcher`` in the place of sudo, which runs as root only
+the command line of the sudoers rule that ``sudoers_rule`` writes. The
+test calls the
 agent over RabbitMQ as the conductor would: the mdev of a T4 is created
 and removed through the daemon, and a handle UUID that is a path is
 refused before anything is written.
@@ -30,6 +32,7 @@ from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers import pci
 from cyborg.accelerator.drivers.gpu import nvidia
 from cyborg.agent import rpcapi as agent_rpcapi
+from cyborg.privsep import launcher as cyborg_launcher
 from tests import privsep_rig
 from tests.functional.services import privsep_launcher
 from tests.functional.services.conftest import ServiceProcess
@@ -156,15 +159,25 @@ def test_an_unprivileged_agent_makes_vgpus_through_its_privsep_daemon(
     directory = shared_directory / 'agent'
     directory.mkdir()
     os.chown(directory, user.pw_uid, user.pw_gid)
+    # The agent's own directory for the link to its daemon's socket.
+    links = shared_directory / 'privsep'
+    links.mkdir(mode=0o700)
+    os.chown(links, user.pw_uid, user.pw_gid)
+    link = str(links / 'agent.sock')
     launcher = None
     agent = ServiceProcess('cyborg-agent', directory, '')
     try:
+        helper = [privsep_rig.privsep_helper(), '--config-file',
+                  str(agent.config_file)]
+        rule = cyborg_launcher.sudoers_rule(AGENT_USER, helper, link)
+        assert '*' not in rule
         launcher = privsep_launcher.Launcher(
-            shared_directory, user.pw_uid, agent.config_file,
-            shared_directory / 'launcher.log')
+            shared_directory, rule, shared_directory / 'launcher.log')
+        helper_command = ' '.join([
+            *privsep_rig.launcher_command(link),
+            *privsep_launcher.sudo_command(launcher.socket_path), *helper])
         agent.config_file.write_text(agent_config(
-            vhost_url, agent.log_file, root,
-            privsep_launcher.helper_command(launcher.socket_path)))
+            vhost_url, agent.log_file, root, helper_command))
         agent.log_file.touch()
         os.chown(agent.log_file, user.pw_uid, user.pw_gid)
         agent.start(prefix=unprivileged(user.pw_uid, user.pw_gid, directory,
@@ -184,14 +197,17 @@ def test_an_unprivileged_agent_makes_vgpus_through_its_privsep_daemon(
             assert create.read_text() == HANDLE_UUID
 
             # The daemon: root, the context's capabilities only, started
-            # once, through the launcher, for the agent's user.
+            # once, through the launcher, for the agent's user, with the
+            # rule's command line; the link to its socket is gone.
             [daemon] = privsep_rig.processes_with_arguments(
                 str(agent.config_file), '--privsep_context')
             status = privsep_rig.process_status(daemon)
             assert status['Uid'].split()[0] == '0'
             assert status['CapEff'] == privsep_rig.capability_mask(
                 privsep.CAPABILITIES)
-            assert [r[0] for r in launcher.requests] == [user.pw_uid]
+            assert [r[:3] for r in launcher.requests] == [
+                (user.pw_uid, privsep_launcher.parse_rule(rule)[1], 0)]
+            assert not os.path.lexists(link)
 
             mdev = sysfs.kernel_creates_mdev(root, T4, VGPU_TYPE)
             api.release_attach_handle(context, HOST, 'nvidia_gpu_driver',
