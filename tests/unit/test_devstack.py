@@ -13,6 +13,7 @@ import configparser
 import contextlib
 import os
 from pathlib import Path
+import pwd
 import shlex
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ import sqlalchemy as sa
 from cyborg import conf as cyborg_conf
 from cyborg import privsep as cyborg_privsep
 from cyborg import service as cyborg_service
+from cyborg.privsep import launcher as cyborg_launcher
 
 REPO = Path(__file__).resolve().parents[2]
 STUBS = Path(__file__).with_name('devstack_stubs.sh')
@@ -324,32 +326,50 @@ def test_processes_started_in_order(stacked):
 
 
 def test_agent_user(tmp_path):
-    run = run_plugin(tmp_path, env={'CYBORG_AGENT_USER': 'cyborg'})
+    # A user that exists here: the link directory is made its own.
+    run = run_plugin(tmp_path, env={'CYBORG_AGENT_USER': 'nobody'})
     agent = [p for p in run.called('run_process') if p[0] == 'cyborg-agent']
-    assert agent[0][2:] == ['', 'cyborg']
-    assert run.sudoers.read_text().startswith('cyborg ALL=(root) NOPASSWD: ')
+    assert agent[0][2:] == ['', 'nobody']
+    assert run.sudoers.read_text().startswith('nobody ALL=(root) NOPASSWD: ')
+    links = run.root / 'data' / 'cyborg' / 'privsep'
+    assert links.stat().st_uid == pwd.getpwnam('nobody').pw_uid
 
 
 def test_the_agent_starts_its_privsep_daemon_with_sudo(stacked):
     """The agent's user may run privsep-helper as root with the agent's
-    configuration file and the agent's context, and nothing else."""
-    helper = '%s/privsep-helper --config-file %s' % (
-        stacked.root / 'bin', stacked.cyborg_conf)
+    configuration file, the agent's context and the link to the socket,
+    word for word, and nothing else: the rule has no wildcard."""
+    bin_dir = stacked.root / 'bin'
+    helper = ['%s/privsep-helper' % bin_dir, '--config-file',
+              str(stacked.cyborg_conf)]
+    links = stacked.root / 'data' / 'cyborg' / 'privsep'
+    link = str(links / 'agent.sock')
     conf = _service_conf(stacked.cyborg_conf)
-    assert conf.privsep_agent.helper_command == 'sudo ' + helper
+    assert conf.privsep_agent.helper_command.split() == [
+        '%s/cyborg-privsep-launcher' % bin_dir, link, 'sudo', *helper]
     user = subprocess.run(['id', '-un'], capture_output=True, text=True,
                           check=True).stdout.strip()
-    assert stacked.sudoers.read_text() == (
-        '%s ALL=(root) NOPASSWD: %s --privsep_context '
-        'cyborg.privsep.agent_pctxt --privsep_sock_path *\n' % (user, helper))
+    rule = stacked.sudoers.read_text()
+    assert '*' not in rule
+    assert rule == '%s ALL=(root) NOPASSWD: %s --privsep_context ' \
+        'cyborg.privsep.agent_pctxt --privsep_sock_path %s\n' % (
+            user, ' '.join(helper), link)
+    assert rule == cyborg_launcher.sudoers_rule(
+        user, ['sudo', *helper], link) + '\n'
     assert oct(stacked.sudoers.stat().st_mode & 0o777) == '0o440'
-    # What oslo.privsep runs is what the rule allows.
+    # The link's directory: the agent user's alone.
+    assert links.stat().st_uid == os.geteuid()
+    assert oct(links.stat().st_mode & 0o777) == '0o700'
+    # What oslo.privsep runs is the launcher, and what the launcher runs
+    # as root is what the rule allows.
     context = cyborg_privsep.agent_pctxt
     with _global_helper_command(conf.privsep_agent.helper_command):
         command = context.helper_command('/tmp/x/privsep.sock')
-    assert command == ['sudo', *helper.split(), '--privsep_context',
-                       'cyborg.privsep.agent_pctxt', '--privsep_sock_path',
-                       '/tmp/x/privsep.sock']
+    got_link, launched, socket_path = cyborg_launcher.parse(command[1:])
+    assert (got_link, socket_path) == (link, '/tmp/x/privsep.sock')
+    assert launched == ['sudo', *helper]
+    assert [*helper, *cyborg_launcher.pinned_arguments(link)] == (
+        rule.split()[3:])
 
 
 def test_install_phase(stacked):
