@@ -344,9 +344,6 @@ def test_the_agent_starts_its_privsep_daemon_with_sudo(stacked):
               str(stacked.cyborg_conf)]
     links = stacked.root / 'data' / 'cyborg' / 'privsep'
     link = str(links / 'agent.sock')
-    conf = _service_conf(stacked.cyborg_conf)
-    assert conf.privsep_agent.helper_command.split() == [
-        '%s/cyborg-privsep-launcher' % bin_dir, link, 'sudo', *helper]
     user = subprocess.run(['id', '-un'], capture_output=True, text=True,
                           check=True).stdout.strip()
     rule = stacked.sudoers.read_text()
@@ -357,6 +354,9 @@ def test_the_agent_starts_its_privsep_daemon_with_sudo(stacked):
     assert rule == cyborg_launcher.sudoers_rule(
         user, ['sudo', *helper], link) + '\n'
     assert oct(stacked.sudoers.stat().st_mode & 0o777) == '0o440'
+    conf = _service_conf(stacked.cyborg_conf)
+    assert conf.privsep_agent.helper_command.split() == [
+        '%s/cyborg-privsep-launcher' % bin_dir, link, 'sudo', *helper]
     # The link's directory: the agent user's alone.
     assert links.stat().st_uid == os.geteuid()
     assert oct(links.stat().st_mode & 0o777) == '0o700'
