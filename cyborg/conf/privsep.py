@@ -1,8 +1,9 @@
 """[privsep_agent] options: how the agent starts its privileged helper.
 
 oslo.privsep's own options, for the agent's context
-(``cyborg.privsep.agent_pctxt``): ``helper_command`` (by default ``sudo
-privsep-helper`` with the agent's configuration files), the
+(``cyborg.privsep.agent_pctxt``): ``helper_command`` (in a deployment,
+``cyborg-privsep-launcher <link> sudo privsep-helper`` with the agent's
+configuration files, see ``cyborg.privsep.launcher``), the
 ``capabilities`` the daemon keeps, ``user``/``group``, ``thread_pool_size``
 and logging. oslo.privsep reads them from the agent's ``cfg.CONF``;
 registering them here lets the service (and its tests) know them.

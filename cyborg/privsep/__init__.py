@@ -16,12 +16,14 @@ world-readable sysfs files and NVML, bitstreams are downloaded into the
 agent's own temporary directory.
 
 The agent starts the daemon at its first privileged call with
-``[privsep_agent] helper_command``, by default ``sudo privsep-helper
---config-file <the agent's files> --privsep_context
-cyborg.privsep.agent_pctxt --privsep_sock_path <socket>``, which sudoers
-(or rootwrap) allows the agent's user. The daemon reads its own
-configuration from those files: ``[pci] sysfs_root``, the root every path
-is confined to, is the daemon's, never a value the agent sends.
+``[privsep_agent] helper_command``: ``cyborg-privsep-launcher <link> sudo
+privsep-helper --config-file <the agent's files>``, which runs
+privsep-helper with ``--privsep_context cyborg.privsep.agent_pctxt
+--privsep_sock_path <link>``, one fixed command line that a sudoers rule
+without wildcards allows the agent's user (``launcher``). The daemon
+reads its own configuration from those files: ``[pci] sysfs_root``, the
+root every path is confined to, is the daemon's, never a value the agent
+sends.
 
 Capabilities. The daemon stays uid 0, the owner of the sysfs control files
 (``create`` and ``remove``, mode 0200), so writing them needs no
