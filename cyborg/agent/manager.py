@@ -185,6 +185,8 @@ class AgentManager:
         self._glance_lock = threading.Lock()
         self._program_locks = {}  # (driver name, address) -> Lock
         self._program_locks_lock = threading.Lock()
+        # (driver name, attach type, address) -> Lock
+        self._handle_locks = {}
         # (driver name, address) -> bitstream id this agent loaded last.
         self._loaded = {}
         self._loaded_lock = threading.Lock()
@@ -212,7 +214,8 @@ class AgentManager:
                               arq_uuid):
         driver, device, handle, uuid = self._find_attach_handle(
             driver_name, attach_handle)
-        driver.prepare_attach_handle(device, handle, uuid)
+        with self._handle_lock(driver_name, handle):
+            driver.prepare_attach_handle(device, handle, uuid)
         LOG.info('Prepared %s attach handle %s (%s) of %s for ARQ %s',
                  handle.attach_type, uuid, _address_text(handle.attach_info),
                  driver_name, arq_uuid)
@@ -230,7 +233,8 @@ class AgentManager:
                               arq_uuid):
         driver, device, handle, uuid = self._find_attach_handle(
             driver_name, attach_handle)
-        driver.release_attach_handle(device, handle, uuid)
+        with self._handle_lock(driver_name, handle):
+            driver.release_attach_handle(device, handle, uuid)
         LOG.info('Released %s attach handle %s (%s) of %s for ARQ %s',
                  handle.attach_type, uuid, _address_text(handle.attach_info),
                  driver_name, arq_uuid)
@@ -356,6 +360,15 @@ class AgentManager:
         raise agent_rpcapi.NotOnThisHost(
             'Driver %s on host %s finds no device at %s'
             % (driver.name, self.conf.host, _address_text(controlpath_info)))
+
+    def _handle_lock(self, driver_name, handle):
+        """One prepare or release at a time per attach handle: a late
+        release of one bind never interleaves with the next bind's
+        prepare of the same handle."""
+        key = (driver_name, handle.attach_type,
+               _address_text(handle.attach_info))
+        with self._program_locks_lock:
+            return self._handle_locks.setdefault(key, threading.Lock())
 
     def _program_lock(self, driver_name, address):
         """One program at a time per device."""

@@ -127,7 +127,9 @@ class AgentAPI:
         ``attach_handle`` is ``{'uuid', 'attach_type', 'attach_info'}`` as
         the conductor stores it; the agent finds the handle among what
         driver ``driver_name`` discovers. For an ``MDEV`` handle the mdev
-        is created with the handle's UUID; a PCI function needs nothing.
+        is created with the handle's UUID, which the conductor gives the
+        handle anew at each allocation (the mdev is this ARQ's, not the
+        handle's); a PCI function needs nothing.
         """
         self._call(context, host, '1.1', 'prepare_attach_handle',
                    driver_name=driver_name,
@@ -136,7 +138,10 @@ class AgentAPI:
 
     def release_attach_handle(self, context, host, driver_name,
                               attach_handle, arq_uuid):
-        """Undo ``prepare_attach_handle``; harmless if already undone."""
+        """Undo ``prepare_attach_handle``; harmless if already undone.
+        ``attach_handle`` is as the ARQ's bind got it: its UUID names that
+        bind's mdev only, which the agent removes only from the handle's
+        function and type."""
         self._call(context, host, '1.1', 'release_attach_handle',
                    driver_name=driver_name,
                    attach_handle=ATTACH_HANDLE.dump(attach_handle),

@@ -265,7 +265,8 @@ class Binder:
             LOG.info('ARQ %s bound to %s handle %s of %s in %.3f s',
                      item['uuid'], handle['attach_type'], handle['uuid'],
                      deployable['name'], time.monotonic() - started)
-        elif ok and db.holds_handle(context, item['id'], handle['id']):
+        elif ok and db.holds_handle(context, item['id'], handle['id'],
+                                    handle['uuid']):
             # Another bind of this same ARQ finished first (two conductors
             # under one host name): the device is the ARQ's; keep it.
             LOG.warning('ARQ %s was bound twice; the other bind finished '

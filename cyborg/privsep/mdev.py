@@ -10,6 +10,11 @@ Both calls are idempotent, so that a bind or a release repeated after a
 crash ends as the first would have: creating an mdev that exists with the
 type and parent asked for answers False, removing one that is gone
 answers False.
+
+An mdev's UUID is the name of the allocation it was made for (the attach
+handle's UUID of one bind), never reused. Removing one also names the
+parent and type it was made with: an mdev of that UUID elsewhere is not
+the caller's to remove, and is refused (MdevConflict) untouched.
 """
 
 import os
@@ -113,14 +118,25 @@ def create_mdev(pci_address, mdev_type, uuid):
 
 
 @agent_pctxt.entrypoint
-def remove_mdev(uuid):
-    """Remove mdev ``uuid``; False if there was none."""
+def remove_mdev(uuid, pci_address, mdev_type):
+    """Remove mdev ``uuid``, made of ``mdev_type`` on the PCI function
+    ``pci_address``; False if there was none, MdevConflict (nothing
+    written) if it exists with another parent or type."""
     checks.uuid(uuid)
+    checks.pci_address(pci_address)
+    checks.mdev_type_name(mdev_type)
     root = checks.sysfs_root()
     mdev_dir = _mdev_dir(root, uuid)
     if mdev_dir is None:
         return False
-    _parent_and_type(root, mdev_dir, uuid)  # an mdev, not another device
+    # An mdev, not another device, and the one this caller made.
+    parent, existing_type = _parent_and_type(root, mdev_dir, uuid)
+    if (os.path.basename(parent), existing_type) != (pci_address,
+                                                     mdev_type):
+        raise MdevConflict('mdev %s is of type %s on %s, not of type %s on '
+                           '%s: not removed' % (
+                               uuid, existing_type, os.path.basename(parent),
+                               mdev_type, pci_address))
     remove = checks.control_file(mdev_dir, 'remove', 'mdev %s' % uuid)
     try:
         checks.write_control_file(remove, '1')

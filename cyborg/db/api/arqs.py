@@ -654,6 +654,11 @@ def allocate_attach_handle(context, arq_id, deployable_ids):
 
     An ARQ that has a handle already (a bind resumed after a crash)
     keeps it. Raises BindLost if the ARQ left BindStarted meanwhile.
+
+    A handle prepared on the host (``PREPARED_ON_HOST``) gets a new UUID
+    as it is taken: what the agent makes for this allocation is named
+    after it, so that a late release of an earlier holder, which names
+    the UUID it was given, cannot remove what was made for this one.
     """
     if isinstance(deployable_ids, int):
         deployable_ids = [deployable_ids]
@@ -674,10 +679,12 @@ def allocate_attach_handle(context, arq_id, deployable_ids):
         # the first one.
         random.shuffle(free)
         for handle in free:
+            if handle['attach_type'] in PREPARED_ON_HOST:
+                handle['uuid'] = str(uuidlib.uuid4())
             taken = session.execute(
                 sa.update(Handle).where(
                     Handle.id == handle['id'], Handle.in_use == sa.false()
-                ).values(in_use=True))
+                ).values(in_use=True, uuid=handle['uuid']))
             if taken.rowcount == 1:
                 session.execute(
                     sa.update(ARQ).where(ARQ.id == arq_id).values(
@@ -687,13 +694,18 @@ def allocate_attach_handle(context, arq_id, deployable_ids):
         return None
 
 
-def holds_handle(context, arq_id, handle_id):
-    """Whether ARQ ``arq_id`` is Bound to attach handle ``handle_id``."""
+def holds_handle(context, arq_id, handle_id, handle_uuid=None):
+    """Whether ARQ ``arq_id`` is Bound to attach handle ``handle_id``,
+    under the UUID ``handle_uuid`` if given (the same allocation, not a
+    later one: SQLite gives a deleted ARQ's id to the next one)."""
+    stmt = sa.select(ARQ.id).join(
+        Handle, Handle.id == ARQ.attach_handle_id).where(
+        ARQ.id == arq_id, ARQ.attach_handle_id == handle_id,
+        ARQ.state == states.BOUND)
+    if handle_uuid is not None:
+        stmt = stmt.where(Handle.uuid == handle_uuid)
     with context.db.read_connection(context) as connection:
-        return connection.execute(
-            sa.select(ARQ.id).where(
-                ARQ.id == arq_id, ARQ.attach_handle_id == handle_id,
-                ARQ.state == states.BOUND)).first() is not None
+        return connection.execute(stmt).first() is not None
 
 
 def _handle(session, handle_id):

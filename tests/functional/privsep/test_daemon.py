@@ -138,16 +138,16 @@ def test_an_mdev_is_created_and_removed(host):
     assert mdev.create_mdev(T4, T4_TYPE, NEW) is False
     assert create.read_text() == ''
 
-    assert mdev.remove_mdev(NEW) is True
+    assert mdev.remove_mdev(NEW, T4, T4_TYPE) is True
     with open(os.path.join(made, 'remove')) as f:
         assert f.read() == '1'
     sysfs.kernel_removes_mdev(str(host.root), made)
-    assert mdev.remove_mdev(NEW) is False
+    assert mdev.remove_mdev(NEW, T4, T4_TYPE) is False
 
 
 def test_an_mdev_of_the_recorded_host_is_removed(host):
     remove = host.path('sys/bus/mdev/devices/%s/remove' % T4_MDEV)
-    assert mdev.remove_mdev(T4_MDEV) is True
+    assert mdev.remove_mdev(T4_MDEV, T4, T4_TYPE) is True
     assert remove.read_text() == '1'
 
 
@@ -160,12 +160,33 @@ def test_an_mdev_that_exists_with_another_type_is_a_conflict(host):
     assert host.snapshot() == before
 
 
+def test_an_mdev_made_for_another_handle_is_not_removed(host):
+    """Removal names the parent and type the caller made the mdev with:
+    the mdev of that UUID on another parent, or of another type, is
+    another allocation's and stays."""
+    remove = host.path('sys/bus/mdev/devices/%s/remove' % T4_MDEV)
+    before = host.snapshot()
+    for parent, mdev_type in ((RTX, T4_TYPE), (T4, 'nvidia-223')):
+        with pytest.raises(mdev.MdevConflict, match='not removed'):
+            mdev.remove_mdev(T4_MDEV, parent, mdev_type)
+    assert host.snapshot() == before
+    assert remove.read_text().strip() == ''
+
+
+def test_bad_parents_and_types_of_a_removal_are_refused(host):
+    refused(host, mdev.remove_mdev, T4_MDEV, '../%s' % T4, T4_TYPE,
+            match='PCI address')
+    refused(host, mdev.remove_mdev, T4_MDEV, T4, '../nvidia-222',
+            match='is not an mdev type name')
+
+
 def test_a_pci_path_in_place_of_an_mdev_uuid_is_refused(host):
     """The review's case: the UUID joined into the path reached a PCI
     function's ``remove``."""
     pci_remove = host.path('sys/bus/pci/devices/%s/remove' % T4)
     pci_remove.write_text('')
-    refused(host, mdev.remove_mdev, '../../pci/devices/%s' % T4,
+    refused(host, mdev.remove_mdev, '../../pci/devices/%s' % T4, T4,
+            T4_TYPE,
             match='is not a UUID in canonical form')
     assert pci_remove.read_text() == ''
 
@@ -174,7 +195,7 @@ def test_non_canonical_uuids_are_refused(host):
     for uuid in (NEW.upper(), NEW.replace('-', ''), '{%s}' % NEW,
                  'urn:uuid:' + NEW, NEW + '\n', ' ' + NEW, NEW + '/..', '',
                  None, 42):
-        refused(host, mdev.remove_mdev, uuid,
+        refused(host, mdev.remove_mdev, uuid, T4, T4_TYPE,
                 match='is not a UUID in canonical form')
         refused(host, mdev.create_mdev, T4, T4_TYPE, uuid,
                 match='is not a UUID in canonical form')
@@ -240,7 +261,7 @@ def test_an_mdev_link_escaping_the_root_is_refused(host):
     outside_mdev.mkdir()
     (outside_mdev / 'remove').write_text('')
     os.symlink(outside_mdev, host.path('sys/bus/mdev/devices/%s' % NEW))
-    refused(host, mdev.remove_mdev, NEW,
+    refused(host, mdev.remove_mdev, NEW, T4, T4_TYPE,
             match='outside %s' % host.path('sys/devices'))
 
 
@@ -250,7 +271,8 @@ def test_an_mdev_link_to_a_pci_function_is_refused(host):
     function = os.path.realpath(host.path('sys/bus/pci/devices/%s' % T4))
     (host.root / function / 'remove').write_text('')
     os.symlink(function, host.path('sys/bus/mdev/devices/%s' % NEW))
-    refused(host, mdev.remove_mdev, NEW, match='which is not an mdev')
+    refused(host, mdev.remove_mdev, NEW, T4, T4_TYPE,
+            match='which is not an mdev')
 
 
 # -- FPGA tools ---------------------------------------------------------------

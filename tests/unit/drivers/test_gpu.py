@@ -215,6 +215,26 @@ def test_removing_an_mdev_twice_succeeds(driver_conf, fresh_host_tree,
     assert not os.path.exists(mdev_dir)
 
 
+def test_releasing_another_handles_mdev_is_refused(
+        driver_conf, fresh_host_tree, privileged_on):
+    """A release for the handle of one VF that names the mdev made on
+    another VF removes nothing."""
+    root = fresh_host_tree('gpu')
+    privileged_on(root)
+    driver = nvidia.NvidiaGPUDriver(driver_conf(A100_VGPU),
+                                    pci.PCIReader(root))
+    device, handle = _a100_handle(driver, '0000:af:00.6')
+    mdev_dir = os.path.realpath(os.path.join(
+        root, 'sys/bus/mdev/devices', hosts.A100_MDEV))
+    with pytest.raises(base.DriverError,
+                       match='Cannot remove mdev %s of type nvidia-472 on '
+                             '0000:af:00.6: .* on 0000:af:00.5' %
+                             hosts.A100_MDEV):
+        driver.release_attach_handle(device, handle, hosts.A100_MDEV)
+    with open(os.path.join(mdev_dir, 'remove')) as f:
+        assert f.read().strip() == ''
+
+
 def test_prepare_fails_cleanly_when_the_type_is_gone(driver_conf, tmp_path,
                                                      privileged_on):
     privileged_on(tmp_path)

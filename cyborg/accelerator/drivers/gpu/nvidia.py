@@ -168,5 +168,10 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
     def release_attach_handle(self, device, handle, uuid):
         if handle.attach_type != 'MDEV':
             return
-        with base.privileged('Cannot remove mdev %s' % uuid):
-            mdev.remove_mdev(uuid)
+        parent = _mdev_parent(handle)
+        type_id = handle.attach_info['asked_type']
+        # Parent and type too: an mdev of this UUID made for another
+        # handle is refused, not removed.
+        with base.privileged('Cannot remove mdev %s of type %s on %s'
+                             % (uuid, type_id, parent)):
+            mdev.remove_mdev(uuid, str(parent), type_id)
