@@ -138,9 +138,8 @@ class DeviceHealth:
         owner first), so two conductors never write one host's health.
         """
         if not self.membership.owns(host):
-            LOG.debug('A heartbeat of agent %s reached conductor %s, which '
-                      'does not own the host: left to its owner', host,
-                      self.membership.host)
+            LOG.debug('A heartbeat of agent %s reached a conductor that '
+                      'does not own the host: left to its owner', host)
             return []
         if self._stale(host, sent_at):
             return []
