@@ -31,6 +31,8 @@ _REMOTE_ERRORS = {
     'ProgramRefused': exception.Conflict,
     'ImageNotFound': exception.NotFound,
     'BitstreamNotFound': exception.NotFound,
+    # The ring moved between the API's choice and the call: ask again.
+    'NotOwner': ConductorUnavailable,
 }
 
 

@@ -663,9 +663,13 @@ class Binder:
     # -- recovery (each step run by its own worker, recovery.py) ------
 
     def fail_overdue(self, context):
-        """Fail the binds whose own deadline has passed; tell Nova.
-        Returns the failed ARQs."""
-        failed = db.fail_overdue_binds(context)
+        """Fail the binds whose own deadline has passed on the hosts this
+        conductor owns; tell Nova. Returns the failed ARQs."""
+        membership = self.membership.current()
+        owned = [h for h in db.overdue_bind_hosts(context)
+                 if membership.owns(h or '')]
+        failed = db.fail_overdue_binds(context, hostnames=owned) \
+            if owned else []
         if failed:
             self.metrics.binds.labels('overdue').inc(len(failed))
         for arq in failed:

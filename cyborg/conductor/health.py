@@ -46,6 +46,7 @@ import dataclasses
 import datetime
 import functools
 import logging
+import math
 import threading
 import time
 
@@ -121,7 +122,7 @@ class DeviceHealth:
         self.hold_down = hold_down
         self.down_after = down_after
         self._digests = {}  # hostname -> {address: (state, reason)}
-        self._locks = collections.defaultdict(threading.Lock)
+        self._locks = collections.defaultdict(threading.RLock)
         self._lock = threading.Lock()
         self._at_database = threading.BoundedSemaphore(concurrency)
 
@@ -130,7 +131,16 @@ class DeviceHealth:
     def heartbeat(self, context, host, version=None, rpc_version=None,
                   health=None, usage=None, sent_at=None):
         """Record the agent of ``host`` alive with its usage, then its
-        devices' health if it changed. Returns the ``HealthChange``s."""
+        devices' health if it changed. Returns the ``HealthChange``s.
+
+        Only the host's owner writes: a conductor that does not own the
+        host drops the heartbeat (``ConductorManager`` passes it to the
+        owner first), so two conductors never write one host's health.
+        """
+        if not self.membership.owns(host):
+            LOG.debug('A heartbeat of agent %s reached a conductor that '
+                      'does not own the host: left to its owner', host)
+            return []
         if self._stale(host, sent_at):
             return []
         figures = {}
@@ -150,10 +160,12 @@ class DeviceHealth:
 
     def record(self, context, hostname, observed):
         """Write ``observed`` (``{address: (state, reason)}``) where it
-        differs from the database; returns the ``HealthChange``s."""
-        owned = self.membership.owns(hostname)
+        differs from the database; returns the ``HealthChange``s. Nothing
+        for a host this conductor does not own."""
+        if not self.membership.owns(hostname):
+            return []
         with self._host_lock(hostname):
-            digest = self._digests.get(hostname) if owned else None
+            digest = self._digests.get(hostname)
             if digest == observed:
                 return []
             with self._at_database:
@@ -161,15 +173,17 @@ class DeviceHealth:
                     with context.db.read_connection(context) as connection:
                         stored = health_db.read_host(connection, hostname)
                     if not _updates(stored, observed)[0]:
-                        self._remember(hostname, observed, owned)
+                        self._remember(hostname, observed)
                         return []
                 self._forget(hostname)  # until the write commits
                 changes, quarantine_moved = _write(context, hostname,
                                                    observed)
-            self._remember(hostname, observed, owned)
+            self._remember(hostname, observed)
+            if quarantine_moved:
+                # Under the host's lock: no sync of this conductor reads
+                # the host between the write and this one.
+                self.sync.sync_host(context, hostname)
         announce_health_changes(self.notifier, context, hostname, changes)
-        if quarantine_moved:
-            self.sync.sync_host(context, hostname)
         return changes
 
     def forget(self, hostname):
@@ -197,15 +211,17 @@ class DeviceHealth:
         return True
 
     def _host_lock(self, hostname):
+        """The host's one lock in this conductor, shared with its
+        ``HostSync`` (reports and syncs)."""
+        host_lock = getattr(self.sync, 'host_lock', None)
+        if host_lock is not None:
+            return host_lock(hostname)
         with self._lock:
             return self._locks[hostname]
 
-    def _remember(self, hostname, observed, owned):
+    def _remember(self, hostname, observed):
         with self._lock:
-            if owned:
-                self._digests[hostname] = dict(observed)
-            else:
-                self._digests.pop(hostname, None)
+            self._digests[hostname] = dict(observed)
 
     def _forget(self, hostname):
         with self._lock:
@@ -227,20 +243,23 @@ class DeviceHealth:
                 by_host[row.hostname].append(row)
         released = {}
         for hostname, rows in by_host.items():
-            with context.db.writer(context) as session:
-                connection = session.connection()
-                count = health_db.release(connection, [r.id for r in rows],
-                                          cutoff)
-                # A device the operator quarantines stays so in Placement.
-                if count and any(r.health_override is None for r in rows):
-                    states_db.bump_desired(connection, hostname)
-            if not count:
-                continue  # turned unhealthy again meanwhile
-            released[hostname] = count
-            LOG.info('Host %s: released %d devices from quarantine after '
-                     '%d s healthy: %s', hostname, count, self.hold_down,
-                     ', '.join(r.uuid for r in rows))
-            self.sync.sync_host(context, hostname)
+            with self._host_lock(hostname):
+                with context.db.writer(context) as session:
+                    connection = session.connection()
+                    count = health_db.release(
+                        connection, [r.id for r in rows], cutoff)
+                    # A device the operator quarantines stays so in
+                    # Placement.
+                    if count and any(r.health_override is None
+                                     for r in rows):
+                        states_db.bump_desired(connection, hostname)
+                if not count:
+                    continue  # turned unhealthy again meanwhile
+                released[hostname] = count
+                LOG.info('Host %s: released %d devices from quarantine '
+                         'after %d s healthy: %s', hostname, count,
+                         self.hold_down, ', '.join(r.uuid for r in rows))
+                self.sync.sync_host(context, hostname)
         return released
 
 
@@ -304,13 +323,22 @@ def _observed(hostname, health):
 
 
 def _usage_at(usage):
-    """When the newest usage figures were observed (UTC, whole seconds);
-    now if no device says."""
+    """When the newest usage figures were observed (UTC, whole seconds),
+    at the latest now: the agent's clock orders its heartbeats, but one
+    that runs ahead (an RTC in local time at boot) must not stamp a
+    moment that every later heartbeat is older than. Now if no device
+    says."""
+    now = models.utcnow()
     times = [value.get('observed_at') for value in usage.values()
              if isinstance(value, dict)]
-    times = [t for t in times if isinstance(t, (int, float))]
+    times = [t for t in times if isinstance(t, (int, float))
+             and not isinstance(t, bool) and math.isfinite(t)]
     if not times:
-        return models.utcnow()
-    return datetime.datetime.fromtimestamp(
-        max(times), datetime.timezone.utc).replace(tzinfo=None,
-                                                   microsecond=0)
+        return now
+    try:
+        observed = datetime.datetime.fromtimestamp(
+            max(times), datetime.timezone.utc).replace(tzinfo=None,
+                                                       microsecond=0)
+    except (OverflowError, OSError, ValueError):
+        return now
+    return min(observed, now)

@@ -59,6 +59,10 @@ UNREACHABLE = (ks_exceptions.ConnectionError, ks_exceptions.RequestTimeout)
 # host (no compute node: the host has no providers to hold anything).
 _APPLIED = ('synced', 'skipped', 'no_compute_node')
 
+# Syncs of one host in a row that may meet a newer state in Placement
+# before one gives up until the next pass.
+SYNC_ATTEMPTS = 3
+
 
 def placement_updated(outcome):
     """Whether Placement holds the database's state for the host's
@@ -73,7 +77,10 @@ class _HostState:
     """What this process keeps of one host to save work; none of it
     decides whether Placement needs a sync (the database does)."""
 
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    # The host's one lock in this conductor: reports, syncs and the
+    # heartbeats' health writes (``DeviceHealth``) of the host take it.
+    lock: threading.RLock = dataclasses.field(
+        default_factory=threading.RLock)
     compute_node: placement_sync.ComputeNode | None = None
     compute_node_names: tuple = ()
     cache: placement_sync.ProviderTreeCache = dataclasses.field(
@@ -95,6 +102,10 @@ class HostSync:
     def _host(self, hostname):
         with self._hosts_lock:
             return self._hosts.setdefault(hostname, _HostState())
+
+    def host_lock(self, hostname):
+        """The lock that serialises this conductor's work on the host."""
+        return self._host(hostname).lock
 
     def report(self, context, inventory, compute_node_names):
         """Apply an agent's report, then sync the host's providers.
@@ -234,8 +245,31 @@ class HostSync:
 
         Called with ``host.lock`` held. The desired generation is read
         before the rows: a change committed after that read leaves the
-        host behind, so it is synced again later.
+        host behind, so it is synced again later. A sync that finds a
+        newer state than its own in Placement (a generation conflict, or
+        a synced generation past its own once it is done) reads the
+        database again and starts over, at most ``SYNC_ATTEMPTS`` times:
+        it never leaves its older target over a newer one.
         """
+        for attempt in range(1, SYNC_ATTEMPTS + 1):
+            outcome = self._sync_once(context, hostname, host, state)
+            if outcome is not None:
+                return outcome
+            LOG.info('Host %s: Placement changed under its sync; reading '
+                     'the database again (attempt %d of %d)', hostname,
+                     attempt, SYNC_ATTEMPTS)
+            state = None
+        error = ('other writers kept changing the providers of the host '
+                 'during %d syncs' % SYNC_ATTEMPTS)
+        self._record_error(context, hostname, error)
+        return {'status': 'failed', 'error': error}
+
+    def _sync_once(self, context, hostname, host, state):
+        """The outcome; None when a newer state than this sync's was met
+        in Placement (``state`` None: read it)."""
+        if state is None:
+            with context.db.read_connection(context) as connection:
+                state = states_db.read(connection, hostname)
         if state is None:
             with context.db.writer(context) as session:
                 state = states_db.ensure(session.connection(), hostname)
@@ -251,6 +285,8 @@ class HostSync:
             result = self._sync_tree(
                 hostname, host, desired, state.compute_node_uuid, moves,
                 _holders(context, hostname) if moves else None)
+        except placement_sync.TargetOutdated:
+            return None
         except placement_sync.ComputeNodeNotFound as exc:
             LOG.warning('Host %s: %s', hostname, exc)
             self._record_error(context, hostname, exc)
@@ -271,14 +307,22 @@ class HostSync:
         with context.db.writer(context) as session:
             connection = session.connection()
             if complete:
-                states_db.record_synced(connection, hostname, generation,
-                                        host.compute_node.uuid)
+                overtaken = not states_db.record_synced(
+                    connection, hostname, generation,
+                    host.compute_node.uuid) and states_db.read(
+                        connection, hostname).synced_generation > generation
             else:
+                overtaken = False
                 states_db.record_compute_node(connection, hostname,
                                               host.compute_node.uuid)
                 states_db.record_error(connection, hostname, 'kept %s; '
                                        'failed %s' % (result.kept,
                                                       result.failed))
+        if overtaken:
+            # A newer state was synced while this one was written: ours
+            # may lie over it in Placement.
+            host.cache = placement_sync.ProviderTreeCache()
+            return None
         if not complete:
             LOG.info('Host %s: providers kept %s, failed %s; retried later',
                      hostname, result.kept, result.failed)

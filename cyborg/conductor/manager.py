@@ -4,12 +4,18 @@ The endpoints are thin: ``HostSync`` (``host_sync.py``) does the work of
 each call, the database diff and the Placement sync.
 
 Each conductor heartbeats into the ``services`` table and sees the live
-conductors as a hash ring (``membership.py``). A host's reports belong to
-its owner on the ring: a conductor that gets a report for a host it does
-not own passes it to the owner, once (a forwarded report is never
-forwarded again), and handles it itself if the owner does not answer in
-``FORWARD_TIMEOUT``. Its answer names who handled it and the owner, so
-that the agent sends the next one straight there.
+conductors as a hash ring (``membership.py``). Everything that changes a
+host (its reports, its heartbeats' health, releases, deletions and
+programming of its devices, its Placement sync) is done by its owner on
+the ring alone, under the host's one lock (``HostSync.host_lock``). A
+conductor that gets a report or a heartbeat for a host it does not own
+passes it to the owner, once (a forwarded one is never forwarded again),
+and writes nothing itself: a report the owner does not answer in
+``FORWARD_TIMEOUT`` is refused (``NotOwner``) and the agent sends it
+again. A report's answer names who handled it and the owner, so that the
+agent sends the next one straight there. Calls about ARQs or deployables
+of a host this conductor does not own are refused the same way; the API
+sends them to the owner.
 """
 
 import contextlib
@@ -48,9 +54,16 @@ LOG = log.getLogger(__name__)
 # to server ... failed" through as SQLAlchemy's OperationalError.
 DATABASE_DOWN = (db_exception.DBConnectionError, sa.exc.OperationalError)
 
-# Seconds a conductor waits for a report's owner before handling the
-# report itself: well inside the agent's [agent] report_timeout (60 s).
+# Seconds a conductor waits for a report's owner before refusing the
+# report: well inside the agent's [agent] report_timeout (60 s).
 FORWARD_TIMEOUT = 20
+
+
+class NotOwner(exception.CyborgError):
+    """This conductor does not own the host; its owner must do it."""
+
+    status = 503
+    code = 'cyborg.conductor.not_owner'
 
 
 class ConductorManager:
@@ -81,8 +94,10 @@ class ConductorManager:
     # An outage of the database is expected now and then: the caller gets
     # the error and this log a one-line warning, not a traceback per call.
     # A report that cannot be read (exception.Invalid) goes back to the
-    # agent with its reason.
-    @messaging.expected_exceptions(exception.Invalid, *DATABASE_DOWN)
+    # agent with its reason; one whose owner did not take it (NotOwner)
+    # is sent again by the agent.
+    @messaging.expected_exceptions(exception.Invalid, NotOwner,
+                                   *DATABASE_DOWN)
     @rpc.ignores_unknown_args
     def report_host_inventory(self, context, inventory,
                               compute_node_names=None, forwarded=False):
@@ -112,12 +127,16 @@ class ConductorManager:
         # host name.
         names = compute_node_names or [hostname]
         owner = self._owner_of(hostname)
-        if (not forwarded and owner is not None
-                and owner != self.membership.host
-                and self.peers is not None):
-            answer = self._forward(context, inventory, names, owner)
-            if answer is not None:
-                return answer, 'forwarded'
+        if not self._owns(hostname):
+            answer = None
+            if not forwarded and self.peers is not None:
+                answer = self._forward(context, inventory, names, owner)
+            if answer is None:
+                raise NotOwner(
+                    'Conductor %s does not own host %s and its owner %s did '
+                    'not take the report; send it again.'
+                    % (self.membership.host, hostname, owner))
+            return answer, 'forwarded'
         with _database_outage('the report of host %s' % hostname):
             summary = self.sync.report(context, snapshot, names)
             summary['bindings'] = host_bindings(context, hostname)
@@ -135,6 +154,9 @@ class ConductorManager:
             return None
         return self.membership.owner_of(hostname)
 
+    def _owns(self, hostname):
+        return self.membership is None or self.membership.owns(hostname)
+
     def _forward(self, context, inventory, names, owner):
         """The owner's answer to the report; None if it did not answer."""
         try:
@@ -144,19 +166,56 @@ class ConductorManager:
         except (messaging.MessagingTimeout,
                 messaging.MessageDeliveryFailure) as exc:
             problem = service.describe_error(exc)
+        except messaging.RemoteError as exc:
+            if exc.exc_type != NotOwner.__name__:
+                raise
+            problem = 'it does not own the host either'
         LOG.warning('Conductor %s did not take the report of host %s (%s); '
-                    'handling it here', owner, inventory['hostname'], problem)
+                    'the agent sends it again', owner, inventory['hostname'],
+                    problem)
         return None
+
+    def _refuse_unless_owner(self, hostnames, what):
+        """NotOwner unless this conductor owns every one of ``hostnames``:
+        the API sends such calls to the owner, so a refusal means the
+        ring moved meanwhile; the caller asks again."""
+        foreign = sorted({h for h in hostnames
+                          if h is not None and not self._owns(h)})
+        if foreign:
+            raise NotOwner(
+                'Conductor %s does not own host %s; %s is left to its '
+                'owner, ask again.' % (self.membership.host,
+                                       ', '.join(foreign), what))
 
     @messaging.expected_exceptions(*DATABASE_DOWN)
     def agent_heartbeat(self, context, host, version=None, rpc_version=None,
-                        health=None, usage=None, sent_at=None, **kwargs):
+                        health=None, usage=None, sent_at=None,
+                        forwarded=False, **kwargs):
         # A cast: a newer agent may send more than this conductor reads;
         # the rest is ignored.
+        if not self._owns(host):
+            if not forwarded and self.peers is not None:
+                self._forward_heartbeat(context, host, version, rpc_version,
+                                        health, usage, sent_at)
+            return
         with _database_outage('the heartbeat of agent %s' % host):
             self.health.heartbeat(context, host, version, rpc_version,
                                   health=health, usage=usage,
                                   sent_at=sent_at)
+
+    def _forward_heartbeat(self, context, host, version, rpc_version,
+                           health, usage, sent_at):
+        """Pass a heartbeat to the host's owner (a cast), which alone
+        writes the host; this conductor writes nothing of it."""
+        owner = self._owner_of(host)
+        try:
+            self.peers.agent_heartbeat(
+                context, host, version, rpc_version, server=owner,
+                health=health, usage=usage, sent_at=sent_at, forwarded=True)
+        except Exception as exc:
+            LOG.warning('Could not pass the heartbeat of agent %s to '
+                        'conductor %s, the owner of the host: %s', host,
+                        owner, service.describe_error(exc))
 
     @messaging.expected_exceptions(*DATABASE_DOWN)
     @rpc.ignores_unknown_args
@@ -180,22 +239,41 @@ class ConductorManager:
                           'finish or fail them', ', '.join(arq_uuids))
 
     @messaging.expected_exceptions(binding.BindRefused, exception.NotFound,
-                                   exception.Conflict, *DATABASE_DOWN)
+                                   exception.Conflict, NotOwner,
+                                   *DATABASE_DOWN)
     @rpc.ignores_unknown_args
     def unbind_arqs(self, context, arq_uuids):
+        self._refuse_unless_owner(_arq_hosts(context, arq_uuids),
+                                  'releasing the devices of ARQs %s'
+                                  % ', '.join(arq_uuids))
         self.binder.unbind(context, arq_uuids)
 
-    @messaging.expected_exceptions(binding.BindRefused, *DATABASE_DOWN)
+    @messaging.expected_exceptions(binding.BindRefused, NotOwner,
+                                   *DATABASE_DOWN)
     @rpc.ignores_unknown_args
     def finish_deleting_arqs(self, context, arq_uuids):
+        self._refuse_unless_owner(_arq_hosts(context, arq_uuids),
+                                  'deleting ARQs %s' % ', '.join(arq_uuids))
         self.binder.finish_deleting(context, arq_uuids)
 
     # Every refusal is a CyborgError with a sentence for the operator.
     @messaging.expected_exceptions(exception.CyborgError, *DATABASE_DOWN)
     @rpc.ignores_unknown_args
     def program_deployable(self, context, deployable_uuid, image_uuid):
+        deployable = arqs_db.deployable_for_binding(context,
+                                                    uuid=deployable_uuid)
+        if deployable is not None:
+            self._refuse_unless_owner([deployable.get('hostname')],
+                                      'programming deployable %s'
+                                      % deployable_uuid)
         return self.binder.program_deployable(context, deployable_uuid,
                                               image_uuid)
+
+
+def _arq_hosts(context, arq_uuids):
+    """The hosts of the ARQs: one SELECT."""
+    return {row['hostname'] for row in arqs_db.handles_of(
+        context, uuids=list(arq_uuids))}
 
 
 def host_bindings(context, hostname):

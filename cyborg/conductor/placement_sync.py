@@ -34,8 +34,9 @@ from cyborg.conductor import reshape
 
 OWNER_TRAIT = os_traits.OWNER_CYBORG
 CUSTOM_PREFIX = 'CUSTOM_'
-# Generation conflicts mean another writer is active on the same RP;
-# a few re-reads settle it, an endless loop would hide a bug.
+# Reads of an RP's inventories and traits that saw two generations mean
+# another writer is active on it; a few re-reads settle it, an endless
+# loop would hide a bug.
 MAX_CONFLICT_RETRIES = 3
 
 
@@ -51,6 +52,15 @@ class ComputeNodeNotFound(Exception):
 
 class ComputeNodeGone(Exception):
     """The compute-node RP found earlier is no longer in Placement."""
+
+
+class TargetOutdated(Exception):
+    """A provider changed in Placement since this sync listed it.
+
+    Another writer may hold a newer state of the host: the sync stops
+    rather than write its own, possibly older, target over it; the caller
+    reads the database again and starts over.
+    """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -423,33 +433,30 @@ class _TreeSync:
     def _converge(self, state, inventories, traits):
         """Write what differs; True if anything was written.
 
-        On a generation conflict, re-read and compare again: the other
-        writer may have made our write unnecessary.
+        A generation conflict means someone wrote the provider since it
+        was read: ``TargetOutdated``, so that the caller decides again
+        from the database instead of replaying this target.
         """
         wrote = False
-        for attempt in range(MAX_CONFLICT_RETRIES + 1):
-            try:
-                if not _same_inventories(state.inventories, inventories):
-                    self._ensure_custom(inventories,
-                                        self.client.ensure_resource_class)
-                    state.generation = self.client.put_inventories(
-                        state.uuid, state.generation, inventories)
-                    state.inventories = inventories
-                    wrote = True
-                if state.traits != traits:
-                    self._ensure_custom(traits, self.client.ensure_trait)
-                    state.generation = self.client.put_traits(
-                        state.uuid, state.generation, traits)
-                    state.traits = traits
-                    wrote = True
-                self.cache.remember(state)
-                return wrote
-            except placement.GenerationConflict:
-                self.result.generation_conflicts += 1
-                self.cache.forget(state.uuid)
-                if attempt == MAX_CONFLICT_RETRIES:
-                    raise
-                state = self._read_state(state.uuid)
+        try:
+            if not _same_inventories(state.inventories, inventories):
+                self._ensure_custom(inventories,
+                                    self.client.ensure_resource_class)
+                state.generation = self.client.put_inventories(
+                    state.uuid, state.generation, inventories)
+                state.inventories = inventories
+                wrote = True
+            if state.traits != traits:
+                self._ensure_custom(traits, self.client.ensure_trait)
+                state.generation = self.client.put_traits(
+                    state.uuid, state.generation, traits)
+                state.traits = traits
+                wrote = True
+        except placement.GenerationConflict as exc:
+            self.result.generation_conflicts += 1
+            self.cache.forget(state.uuid)
+            raise TargetOutdated(str(exc)) from exc
+        self.cache.remember(state)
         return wrote
 
     def _ensure_custom(self, names, ensure):

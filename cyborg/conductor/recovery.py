@@ -3,10 +3,11 @@
 - ``takeover``: finish this conductor's binds that no thread of the
   process runs (a crash or reload cut them short), and claim and finish
   those of dead conductors on the hosts this conductor owns on the ring;
-- ``overdue-binds``: fail binds past their own deadline;
-- ``deletions``: finish deletions left half done, host by host on a small
-  pool, so that a host whose agent does not answer holds one thread and
-  not the others;
+- ``overdue-binds``: fail binds past their own deadline on the hosts
+  this conductor owns;
+- ``deletions``: finish deletions left half done on the hosts this
+  conductor owns, host by host on a small pool, so that a host whose
+  agent does not answer holds one thread and not the others;
 - ``nova-events``: send Nova the events it has not acknowledged.
 
 Every worker runs every ``[conductor] recovery_interval`` seconds and can
@@ -134,22 +135,38 @@ class Recovery:
     # -- deletions -------------------------------------------------------
 
     def finish_deletions(self, wait=False):
-        """Start the due stale deletions, one pool task per host; with
-        ``wait``, return once they are done (tests)."""
+        """Start the due stale deletions of the hosts this conductor owns,
+        one pool task per host; with ``wait``, return once they are done
+        (tests). An ARQ is marked taken only while a task holds it: an
+        error before the tasks start leaves none marked, so the next run
+        tries them again."""
         stale = [u for u in db.stale_deletions(
             self.context, self.binder.conf.conductor.bind_timeout)
                  if self.deletion_backoff.due(u)]
         with self._lock:
             stale = [u for u in stale if u not in self._deleting]
-            self._deleting.update(stale)
         if not stale:
             return []
-        self._took('deletions', len(stale))
+        membership = self.binder.membership.current()
         by_host = {}
         for row in db.handles_of(self.context, uuids=stale):
-            by_host.setdefault(row['hostname'], []).append(row['uuid'])
-        futures = [self._submit(self._delete_on_host, host, uuids)
-                   for host, uuids in by_host.items()]
+            if membership.owns(row['hostname'] or ''):
+                by_host.setdefault(row['hostname'], []).append(row['uuid'])
+        futures = []
+        for host, uuids in by_host.items():
+            with self._lock:
+                uuids = [u for u in uuids if u not in self._deleting]
+                self._deleting.update(uuids)
+            if not uuids:
+                continue
+            try:
+                futures.append(self._submit(self._delete_on_host, host,
+                                            uuids))
+            except BaseException:
+                with self._lock:
+                    self._deleting.difference_update(uuids)
+                raise
+            self._took('deletions', len(uuids))
         if wait:
             concurrent.futures.wait(futures)
         return futures

@@ -7,6 +7,8 @@ Version history (bump the minor for additions, keep old calls working):
   1.3 program_deployable
   1.4 agent_heartbeat (cast); report_host_inventory takes forwarded and
       answers conductor and owner; casts and calls may name a conductor
+      (a heartbeat one conductor passes to the host's owner carries
+      forwarded=True, which a conductor of 1.4 ignores)
 
 Rolling upgrades: ``[upgrade_levels] conductor`` caps what this client
 sends. A method names the version it needs in ``_prepare``, which
@@ -116,26 +118,34 @@ class ConductorAPI:
         self._prepare('bind_arqs', '1.2', **_options(server=server)).cast(
             context, 'bind_arqs', arq_uuids=list(arq_uuids))
 
-    def unbind_arqs(self, context, arq_uuids, timeout=None):
+    def unbind_arqs(self, context, arq_uuids, timeout=None, server=None):
         """Release the devices of these ARQs on their hosts and unbind
         them; raises if a host could not release (they are UnbindFailed).
+        ``server`` names the conductor that owns their host: any other
+        refuses (``NotOwner``).
         """
         return self._prepare('unbind_arqs', '1.2',
-                             **_options(timeout=timeout)).call(
+                             **_options(timeout=timeout,
+                                        server=server)).call(
             context, 'unbind_arqs', arq_uuids=list(arq_uuids))
 
-    def finish_deleting_arqs(self, context, arq_uuids, timeout=None):
-        """Release the devices of these Deleting ARQs and remove them."""
+    def finish_deleting_arqs(self, context, arq_uuids, timeout=None,
+                             server=None):
+        """Release the devices of these Deleting ARQs and remove them;
+        ``server`` names the conductor that owns their host."""
         return self._prepare('finish_deleting_arqs', '1.2',
-                             **_options(timeout=timeout)).call(
+                             **_options(timeout=timeout,
+                                        server=server)).call(
             context, 'finish_deleting_arqs', arq_uuids=list(arq_uuids))
 
     def program_deployable(self, context, deployable_uuid, image_uuid,
-                           timeout=None):
+                           timeout=None, server=None):
         """Load Glance image ``image_uuid`` into an FPGA deployable that
-        has no accelerator in use; returns the agent's summary."""
+        has no accelerator in use; returns the agent's summary.
+        ``server`` names the conductor that owns the deployable's host."""
         return self._prepare('program_deployable', '1.3',
-                             timeout=timeout).call(
+                             **_options(timeout=timeout,
+                                        server=server)).call(
             context, 'program_deployable', deployable_uuid=deployable_uuid,
             image_uuid=image_uuid)
 

@@ -776,11 +776,29 @@ def fail_stale_binds(context, older_than_seconds):
     return _fail_binds(context, ARQ.bind_started_at < cutoff)
 
 
-def fail_overdue_binds(context, now=None):
+def fail_overdue_binds(context, now=None, hostnames=None):
     """Fail every bind whose own deadline has passed (its owner took
-    longer than ``[conductor] bind_timeout`` over it, or died). Returns
-    the failed ARQs."""
-    return _fail_binds(context, ARQ.bind_deadline < (now or models.utcnow()))
+    longer than ``[conductor] bind_timeout`` over it, or died), only on
+    ``hostnames`` if given (None in it: binds with no host). Returns the
+    failed ARQs."""
+    where = ARQ.bind_deadline < (now or models.utcnow())
+    if hostnames is not None:
+        named = [h for h in hostnames if h is not None]
+        on_hosts = ARQ.hostname.in_(named)
+        if None in hostnames:
+            on_hosts = on_hosts | ARQ.hostname.is_(None)
+        where = where & on_hosts
+    return _fail_binds(context, where)
+
+
+def overdue_bind_hosts(context, now=None):
+    """The hosts (None: no host) of the binds whose deadline has passed:
+    one SELECT."""
+    with context.db.read_connection(context) as connection:
+        return list(connection.execute(
+            sa.select(ARQ.hostname).distinct().where(
+                ARQ.state == states.BIND_STARTED,
+                ARQ.bind_deadline < (now or models.utcnow()))).scalars())
 
 
 def _free_handles(session, handle_ids):

@@ -20,6 +20,8 @@ from cyborg.db.api import host_sync_states
 IGNORE = 'ignore'
 QUARANTINE = 'quarantine'
 OVERRIDES = (IGNORE, QUARANTINE)
+# The health state that quarantines a device (device_health.UNHEALTHY).
+UNHEALTHY = 'unhealthy'
 
 _devices = models.Device.__table__
 # Writers that keep changing the row between our read and our write (the
@@ -36,6 +38,16 @@ class Outcome:
     hostname: str
     status: str  # the device's status (enabled | maintaining) as written
     quarantine_changed: bool
+
+
+def _quarantined_by_health(row, override):
+    """The automatic quarantine once ``override`` is set: an ``ignore``
+    that ends hands the decision back to health, so an unhealthy device
+    is quarantined then, as its health would have done. Released as
+    usual once healthy for the hold-down."""
+    if override != IGNORE and row.health == UNHEALTHY:
+        return True
+    return bool(row.quarantined)
 
 
 def _same(column, value):
@@ -56,7 +68,8 @@ def set_override(context, uuid, override):
             connection = session.connection()
             row = connection.execute(
                 sa.select(_devices.c.hostname, _devices.c.status,
-                          _devices.c.quarantined, _devices.c.health_override)
+                          _devices.c.health, _devices.c.quarantined,
+                          _devices.c.health_override)
                 .where(_devices.c.uuid == uuid)).one_or_none()
             if row is None:
                 raise exception.NotFound(
@@ -64,19 +77,21 @@ def set_override(context, uuid, override):
                     code='cyborg.device.not_found')
             if row.health_override == override:
                 return Outcome(row.hostname, row.status, False)
+            quarantined = _quarantined_by_health(row, override)
             written = connection.execute(
                 sa.update(_devices)
                 .where(_devices.c.uuid == uuid,
+                       _same(_devices.c.health, row.health),
                        _same(_devices.c.quarantined, row.quarantined),
                        _same(_devices.c.health_override,
                              row.health_override))
-                .values(health_override=override,
+                .values(health_override=override, quarantined=quarantined,
                         updated_at=models.utcnow())).rowcount
             if written:
                 changed = (effectively_quarantined(row.health_override,
                                                    row.quarantined)
                            != effectively_quarantined(override,
-                                                      row.quarantined))
+                                                      quarantined))
                 if changed:
                     host_sync_states.bump_desired(connection, row.hostname)
                 return Outcome(row.hostname, row.status, changed)

@@ -34,8 +34,12 @@ def _heartbeat_update(names):
         if 'usage_at' in names:
             # A heartbeat that waited behind a newer one of its host (on
             # the bus, or for the database) leaves the newer's figures.
+            # The caller stamps no later than its now; a row stamped in
+            # the future (by a clock that ran ahead) orders nothing.
             where &= (_services.c.usage_at.is_(None)
-                      | (_services.c.usage_at <= sa.bindparam('v_usage_at')))
+                      | (_services.c.usage_at <= sa.bindparam('v_usage_at'))
+                      | (_services.c.usage_at > sa.bindparam(
+                          'w_now', type_=_services.c.usage_at.type)))
         statement = _services.update().where(where).values({
             name: sa.bindparam('v_' + name, type_=_services.c[name].type)
             for name in names})
@@ -49,8 +53,12 @@ def heartbeat(context, host, binary, version=None, rpc_version=None,
     an INSERT the first time. ``figures`` are other columns of the row
     written with it (an agent's ``usage`` and ``usage_at``). Returns
     whether it was written: not when the row holds figures observed
-    later (``usage_at``) than these, from a heartbeat handled first."""
+    later (``usage_at``) than these, from a heartbeat handled first.
+    ``usage_at`` counts no later than this server's now: a host's clock
+    that ran ahead once does not silence its later heartbeats."""
     now = models.utcnow()
+    if figures.get('usage_at') is not None:
+        figures['usage_at'] = min(figures['usage_at'], now)
     values = dict(figures, last_seen_at=now, updated_at=now)
     if version is not None:
         values['version'] = version
@@ -59,6 +67,8 @@ def heartbeat(context, host, binary, version=None, rpc_version=None,
     update = _heartbeat_update(tuple(sorted(values)))
     parameters = {'v_' + name: value for name, value in values.items()}
     parameters.update(w_host=host, w_binary=binary)
+    if 'usage_at' in values:
+        parameters['w_now'] = now
     # Not a writer's session: for one UPDATE, its bookkeeping costs more
     # than the statement.
     with context.db.write_connection(context) as connection:

@@ -278,6 +278,80 @@ def test_a_failing_deletion_waits_longer_each_time(conf, admin_context):
     assert backoff.failures('a') == 0
 
 
+class OwnerIs:
+    """The ring as seen by a conductor that owns the hosts or not."""
+
+    def __init__(self, owns):
+        self._owns = owns
+
+    def current(self):
+        return self
+
+    def owns(self, hostname):
+        return self._owns
+
+    def is_alive(self, conductor):
+        return True
+
+
+def stale_deleting(api, admin_context, db, fpga_rp, binder, count=2):
+    """Bound ARQs the API moved to Deleting long ago; their uuids."""
+    uuids = started_binds(api, admin_context, fpga_rp, count=count)
+    binder.bind(admin_context, uuids)
+    with db.engine.begin() as conn:
+        conn.execute(sa.update(ARQ).where(ARQ.uuid.in_(uuids)).values(
+            state=states.DELETING,
+            updated_at=models.utcnow() - datetime.timedelta(hours=1)))
+    return uuids
+
+
+def test_a_database_error_does_not_strand_deletions(
+        conf, db, api, fpga_rp, profile, admin_context, monkeypatch):
+    binder = binding.Binder(conf, arq_stack.NoAgent(), owner=ME)
+    uuids = stale_deleting(api, admin_context, db, fpga_rp, binder)
+    work = recovery.Recovery(binder, admin_context, manager.DATABASE_DOWN)
+    real = arq_db.handles_of
+
+    def database_went_away(*args, **kwargs):
+        monkeypatch.setattr(recovery.db, 'handles_of', real)
+        raise manager.DATABASE_DOWN[0]('connection lost')
+
+    monkeypatch.setattr(recovery.db, 'handles_of', database_went_away)
+    with pytest.raises(manager.DATABASE_DOWN[0]):
+        work.finish_deletions(wait=True)
+
+    # The next run takes them up again: none is left marked as taken.
+    assert len(work.finish_deletions(wait=True)) == 1
+    work.stop()
+    assert rows(db, uuids) == {}
+
+
+def test_deletions_and_overdue_binds_of_hosts_owned_elsewhere_are_left(
+        conf, db, api, fpga_rp, profile, admin_context):
+    binder = binding.Binder(conf, arq_stack.NoAgent(), owner=ME,
+                            membership=OwnerIs(False))
+    uuids = stale_deleting(api, admin_context, db, fpga_rp,
+                           binding.Binder(conf, arq_stack.NoAgent(),
+                                          owner=ME))
+    overdue = started_binds(api, admin_context, fpga_rp, count=1)
+    with db.engine.begin() as conn:
+        conn.execute(sa.update(ARQ).where(ARQ.uuid.in_(overdue)).values(
+            bind_deadline=models.utcnow() - datetime.timedelta(hours=1)))
+    work = recovery.Recovery(binder, admin_context)
+
+    assert work.finish_deletions(wait=True) == []
+    assert work.fail_overdue() == []
+    assert state_of(db, uuids + overdue) == {
+        **dict.fromkeys(uuids, states.DELETING),
+        overdue[0]: states.BIND_STARTED}
+
+    binder.membership = OwnerIs(True)
+    assert [a['uuid'] for a in work.fail_overdue()] == overdue
+    work.finish_deletions(wait=True)
+    work.stop()
+    assert state_of(db, uuids + overdue) == {overdue[0]: states.BIND_FAILED}
+
+
 def test_the_workers_are_separate_periodic_tasks(conf, db, admin_context):
     work = recovery.Recovery(arq_stack.binder(conf), admin_context,
                              manager.DATABASE_DOWN)

@@ -348,8 +348,7 @@ def agent_rows(db):
 
 def test_stale_malformed_and_foreign_heartbeats(admin_context, db, caplog,
                                                 sql_counter):
-    monitor = health_module.DeviceHealth(None, OwnsNothing(),
-                                         down_after=30)
+    monitor = health_module.DeviceHealth(None, down_after=30)
     healthy = {H100: {'state': 'healthy', 'reason': 'ok'}}
     # Queued for a conductor that was down: newer ones went elsewhere.
     monitor.heartbeat(admin_context, HOST, health=healthy,
@@ -363,9 +362,11 @@ def test_stale_malformed_and_foreign_heartbeats(admin_context, db, caplog,
     assert ("The heartbeat of agent %s has health that is not" % HOST
             in caplog.text)
 
-    # A host this conductor does not own is read at every heartbeat:
-    # its owner may write it meanwhile.
-    for _ in range(2):
-        sql_counter.reset()
-        monitor.heartbeat(admin_context, HOST, health=healthy)
-        assert len(sql_counter) == 2, sql_counter.statements
+    # A host this conductor does not own is its owner's to write: not
+    # even read here.
+    foreign = health_module.DeviceHealth(None, OwnsNothing(), down_after=30)
+    sql_counter.reset()
+    assert foreign.heartbeat(admin_context, HOST, health=healthy) == []
+    assert foreign.record(admin_context, HOST, {H100: ('unhealthy',
+                                                       'x')}) == []
+    assert len(sql_counter) == 0, sql_counter.statements

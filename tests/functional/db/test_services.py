@@ -54,7 +54,7 @@ def test_heartbeat_inserts_once_then_updates(admin_context, db):
 def test_heartbeat_is_one_update_with_its_figures(admin_context,
                                                   sql_counter):
     usage = {'0000:10:00.0': {'gpu_util_percent': 7, 'observed_at': 1.5}}
-    usage_at = datetime.datetime(2030, 1, 2, 3, 4, 5)
+    usage_at = datetime.datetime(2024, 1, 2, 3, 4, 5)
     services_db.heartbeat(admin_context, 'h', AGENT, '1.0', '1.1',
                           usage=usage, usage_at=usage_at)
     sql_counter.reset()
@@ -85,7 +85,7 @@ def test_a_heartbeat_behind_a_newer_one_leaves_its_figures(admin_context,
                                                             db):
     newer = {'0000:10:00.0': {'gpu_util_percent': 90, 'observed_at': 20.0}}
     older = {'0000:10:00.0': {'gpu_util_percent': 5, 'observed_at': 10.0}}
-    at = datetime.datetime(2030, 1, 2, 3, 4, 5)
+    at = datetime.datetime(2024, 1, 2, 3, 4, 5)
     later = at + datetime.timedelta(seconds=10)
     assert services_db.heartbeat(admin_context, 'h', AGENT, usage=newer,
                                  usage_at=later)

@@ -93,11 +93,12 @@ def _require_service_token(request, what):
 def _owners(request, bindings):
     """``{conductor: [arq uuid, ...]}``: each ARQ goes to the owner of
     its host on the conductors' ring; to None (any conductor) when no
-    conductor is alive."""
+    conductor is alive. ``bindings`` maps each uuid to anything with
+    its ``hostname``."""
     membership = request.app_state.membership
     owners = {}
     for uuid, binding in bindings.items():
-        owner = membership.owner_of(binding['hostname'])
+        owner = membership.owner_of(binding['hostname'] or '')
         owners.setdefault(owner, []).append(uuid)
     return owners
 
@@ -325,12 +326,15 @@ class AcceleratorRequestsController(resource.ResourceController):
                 # that is away. An unbind that goes on after the answer
                 # finishes by itself; asking again is harmless.
                 bound = request.app_state.conf.api.conductor_timeout
-                conductor_calls.call(
-                    request, 'unbind_arqs', uuids,
-                    timeout=conductor_calls.time_left(request),
-                    unavailable='No conductor released the devices of '
-                    'accelerator requests %s within %g seconds; ask again '
-                    'to see them unbound.' % (', '.join(uuids), bound))
+                for owner, owned in _owners(
+                        request, {r['uuid']: r for r in rows}).items():
+                    conductor_calls.call(
+                        request, 'unbind_arqs', owned, server=owner,
+                        timeout=conductor_calls.time_left(request),
+                        unavailable='No conductor released the devices of '
+                        'accelerator requests %s within %g seconds; ask '
+                        'again to see them unbound.' % (', '.join(owned),
+                                                         bound))
             else:
                 notifier = request.app_state.notifier
                 released = db.unbind(request.context, uuids, scope,
@@ -402,10 +406,14 @@ class AcceleratorRequestsController(resource.ResourceController):
         if deferred:
             # Left Deleting if the conductor cannot finish now: its
             # recovery pass will.
-            try:
-                conductor_calls.call(
-                    request, 'finish_deleting_arqs', deferred,
-                    timeout=conductor_calls.time_left(request))
-            except (conductor_calls.ConductorUnavailable, exception.Conflict):
-                pass
+            hosts = {r['uuid']: r for r in db.handles_of(request.context,
+                                                         uuids=deferred)}
+            for owner, owned in _owners(request, hosts).items():
+                try:
+                    conductor_calls.call(
+                        request, 'finish_deleting_arqs', owned, server=owner,
+                        timeout=conductor_calls.time_left(request))
+                except (conductor_calls.ConductorUnavailable,
+                        exception.Conflict):
+                    pass
         pecan.response.status = 204

@@ -155,6 +155,7 @@ class DeployablesController(resource.ResourceController):
         conf = request.app_state.conf
         conductor_calls.call(
             request, 'program_deployable', row.uuid, image_uuid,
+            server=request.app_state.membership.owner_of(row.hostname),
             # Programming waits for the agent, which may take minutes.
             timeout=conf.conductor.agent_program_timeout + 30,
             unavailable='The conductor did not answer in time; deployable '
