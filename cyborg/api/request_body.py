@@ -13,22 +13,9 @@ class UnsupportedMediaType(exception.CyborgError):
     code = 'cyborg.unsupported_media_type'
 
 
-_PARSED = 'cyborg.json_body'
-
-
 def is_json(request):
     return (request.content_type or '').split(';')[0].strip() == (
         'application/json')
-
-
-def parse_early(request):
-    """Parse a JSON body before pecan does, so that bad JSON is our 400.
-
-    (Pecan reads JSON bodies into controller arguments and answers bad
-    ones with its own HTML error.)
-    """
-    if is_json(request) and request.body:
-        request.environ[_PARSED] = _parse(request.body)
 
 
 def _parse(body):
@@ -74,8 +61,9 @@ def load_json(request):
         raise UnsupportedMediaType(
             'The request body must be JSON sent as application/json, not %s.'
             % (content_type or 'a body without a content type'))
-    if _PARSED in request.environ:
-        return request.environ[_PARSED]
+    # Read only now, once the caller is authorized (see ``request``); a
+    # body over ``[oslo_middleware] max_request_body_size`` was refused
+    # before (``middleware.body_limit``).
     return _parse(request.body)
 
 
