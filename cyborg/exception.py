@@ -43,3 +43,8 @@ class Conflict(CyborgError):
 class Locked(CyborgError):
     status = 423
     code = 'cyborg.locked'
+
+
+class RequestTooLarge(CyborgError):
+    status = 413
+    code = 'cyborg.request_too_large'

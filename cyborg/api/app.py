@@ -12,6 +12,7 @@ from cyborg.api import request
 from cyborg.api.controllers import root
 from cyborg.api.middleware import access_log
 from cyborg.api.middleware import auth
+from cyborg.api.middleware import body_limit
 from cyborg.api.middleware import input_guard
 from cyborg.api.middleware import request_id
 from cyborg.db import session
@@ -54,6 +55,9 @@ def build_app(conf, db=None, transport=None, notifier=None, warm=False):
         app = cors.CORS(app, conf)
     if conf.oslo_middleware.enable_proxy_headers_parsing:
         app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
+    # Before authentication: a body too large is refused unread, and
+    # without asking Keystone about its token.
+    app = body_limit.BodyLimit(app, conf)
     # Outermost: every request, a CORS preflight too, has an id and a
     # line in the log.
     app = request_id.RequestId(app)

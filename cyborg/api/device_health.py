@@ -4,6 +4,14 @@ from cyborg.api import views
 from cyborg.db.api import health_override
 
 FROM_VERSION = (2, 5)
+# Who sees ``usage``: it describes the workloads of the projects using the
+# devices, which the readers of the inventory need not see.
+USAGE_RULE = 'cyborg:device:get_usage'
+
+
+def usage_shown(request):
+    """Whether the caller sees the devices' usage (else it is null)."""
+    return request.is_allowed(USAGE_RULE)
 
 
 def fields(row, usage):

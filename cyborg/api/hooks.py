@@ -14,7 +14,6 @@ from cyborg import context as cyborg_context
 from cyborg import exception
 from cyborg import policy
 from cyborg.api import microversion
-from cyborg.api import request_body
 from cyborg.api.middleware import access_log
 from cyborg.db.api import arqs as arqs_db
 from cyborg.notifications import notifier as notifier_module
@@ -172,7 +171,6 @@ class RequestHook(hooks.PecanHook):
             request.version = microversion.MIN_VERSION
             request.version = microversion.requested(
                 request.headers.get(microversion.HEADER))
-        request_body.parse_early(request)
         request.context = cyborg_context.RequestContext.from_environ(
             request.environ, db=self.app_state.db)
         _scope_from_user_token(request)

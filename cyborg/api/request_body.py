@@ -7,28 +7,18 @@ from wsme.rest import json as wsme_json
 
 from cyborg import exception
 
+# Bytes asked of the server at a time for a body of no announced length.
+_CHUNK = 65536
+
 
 class UnsupportedMediaType(exception.CyborgError):
     status = 415
     code = 'cyborg.unsupported_media_type'
 
 
-_PARSED = 'cyborg.json_body'
-
-
 def is_json(request):
     return (request.content_type or '').split(';')[0].strip() == (
         'application/json')
-
-
-def parse_early(request):
-    """Parse a JSON body before pecan does, so that bad JSON is our 400.
-
-    (Pecan reads JSON bodies into controller arguments and answers bad
-    ones with its own HTML error.)
-    """
-    if is_json(request) and request.body:
-        request.environ[_PARSED] = _parse(request.body)
 
 
 def _parse(body):
@@ -74,9 +64,24 @@ def load_json(request):
         raise UnsupportedMediaType(
             'The request body must be JSON sent as application/json, not %s.'
             % (content_type or 'a body without a content type'))
-    if _PARSED in request.environ:
-        return request.environ[_PARSED]
-    return _parse(request.body)
+    # Read only now, once the caller is authorized (see ``request``).
+    return _parse(_read(request))
+
+
+def _read(request):
+    """The body's bytes. One that announced its length is no larger than
+    ``[oslo_middleware] max_request_body_size`` (``middleware.
+    body_limit``); a chunked one is read here through the limit, which
+    raises past it, rather than copied by webob to a temporary file that
+    the error would leave open."""
+    if request.content_length is not None:
+        return request.body
+    if not request.is_body_readable:
+        return b''
+    chunks = []
+    while chunk := request.body_file_raw.read(_CHUNK):
+        chunks.append(chunk)
+    return b''.join(chunks)
 
 
 def from_wsme(wstype, data, what):

@@ -25,12 +25,13 @@ from cyborg.conf import nova
 from cyborg.conf import pci
 from cyborg.conf import placement
 from cyborg.conf import privsep
+from cyborg.conf import sizelimit
 from cyborg.conf import upgrade_levels
 
 _GROUP_MODULES = (default, api, database, keystone_authtoken, cors,
                   http_proxy, placement, nova, glance, pci, gpu_devices,
                   intel_nic, agent, privsep, conductor, fake_driver,
-                  upgrade_levels, metrics, notifications)
+                  upgrade_levels, metrics, notifications, sizelimit)
 
 
 def register_opts(conf):

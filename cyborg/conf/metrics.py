@@ -18,11 +18,35 @@ opts = [
                      'instances and projects, so open it only where '
                      'Prometheus alone can reach it.'),
     cfg.HostAddressOpt('listen_address',
-                       default='0.0.0.0',
+                       default='127.0.0.1',
                        help='Address the metrics endpoints listen on, '
                             'IPv4 or IPv6 ("::" listens on IPv6, and on '
                             'IPv4 too where the kernel maps it, as Linux '
-                            'does by default).'),
+                            'does by default). The default, loopback, '
+                            'serves a Prometheus (or a proxy) on the same '
+                            'machine only: an address other machines reach '
+                            'shows them instance and project ids, so set '
+                            'one only on a network that Prometheus alone '
+                            'can reach, and set bearer_token.'),
+    cfg.IntOpt('max_connections',
+               default=16,
+               min=1,
+               help='Connections each metrics endpoint serves at once, '
+                    'one thread each; one past them is closed unanswered.'),
+    cfg.FloatOpt('connection_timeout',
+                 default=10.0,
+                 min=0.1,
+                 help='Seconds a metrics endpoint waits on an idle '
+                      'connection (for the request to arrive, or for the '
+                      'client to take the response) before closing it.'),
+    cfg.StrOpt('bearer_token',
+               secret=True,
+               help='When set, the metrics endpoints answer only requests '
+                    'with the header "Authorization: Bearer <this token>" '
+                    '(Prometheus: the scrape config\'s authorization '
+                    'credentials) and 401 to any other. Sent in clear '
+                    'text: it keeps out other users of a trusted network, '
+                    'not listeners on it.'),
     cfg.PortOpt('agent_port',
                 default=9469,
                 help='Port of the agent\'s metrics endpoint (GET '

@@ -10,6 +10,14 @@ rules = [
               'List devices.', [('GET', PATH)], base.LEGACY_ADMIN),
     base.rule('cyborg:device:get_one', base.PROJECT_MANAGER_OR_ADMIN,
               'Show a device.', [('GET', ITEM)], base.LEGACY_ADMIN),
+    base.rule('cyborg:device:get_usage', base.ADMIN,
+              'See the usage figures of devices (from microversion 2.5, '
+              'in device and deployable views): they describe the '
+              'workloads of the projects that use the devices, so other '
+              'callers get usage null.',
+              [('GET', PATH), ('GET', ITEM), ('GET', '/v2/deployables'),
+               ('GET', '/v2/deployables/{deployable_uuid}')],
+              base.LEGACY_ADMIN),
     base.rule('cyborg:device:disable', base.ADMIN,
               'Disable a device: its inventory is reserved in Placement.',
               [('POST', ITEM + '/disable')], base.LEGACY_ADMIN),

@@ -71,6 +71,8 @@ CONTRACT = {
     'cyborg:device:disable': ADMINS,
     'cyborg:device:enable': ADMINS,
     'cyborg:device:health_override': ADMINS,
+    # Ours: who sees the devices' usage (other callers get null).
+    'cyborg:device:get_usage': ADMINS,
     'cyborg:deployable:program': ADMINS,
     'cyborg:attribute:create': ADMINS,
     'cyborg:attribute:delete': ADMINS,

@@ -5,7 +5,10 @@ The line, at INFO on the ``cyborg.api.access`` logger, says who asked
 came of it (status, body bytes, milliseconds from arrival to the last
 byte). It is logged with the request's context, so that oslo.log's
 prefix carries the request id and the caller's user and project once
-they are known. Bodies and headers (tokens) are never logged.
+they are known. Bodies and headers (tokens) are never logged. What the
+client chose, method, path and query string, is logged percent-encoded
+beyond printable ASCII, so that a newline it sent (``%0A``, which the
+server decodes in the path) cannot end the line and start a forged one.
 
 The request's context makes itself the serving thread's current one,
 which oslo.log stamps on every line the thread writes; it is undone here
@@ -15,6 +18,7 @@ webob to a temporary file, closed here too (left to the garbage
 collector, it warns).
 """
 
+import re
 import time
 
 from oslo_context import context as oslo_context
@@ -30,6 +34,12 @@ LOG = log.getLogger('cyborg.api.access')
 STARTED = 'cyborg.request_started'
 # Where the API leaves the request's context for the line.
 CONTEXT = 'cyborg.context'
+
+# Anything but printable ASCII, and the quote that closes the field; in
+# the percent-decoded path, the percent sign too, so that what is logged
+# reads as the URL the client sent.
+_UNSAFE = re.compile(r'[^\x21\x23-\x7e]')
+_UNSAFE_IN_PATH = re.compile(r'[^\x21\x23\x24\x26-\x7e]')
 
 
 class AccessLog:
@@ -60,7 +70,8 @@ class AccessLog:
         try:
             LOG.info('%s "%s %s" status %s len %d time %.1f ms',
                      environ.get('REMOTE_ADDR', '-'),
-                     environ.get('REQUEST_METHOD', '-'), _path(environ),
+                     _UNSAFE.sub(_escape, environ.get('REQUEST_METHOD', '-')),
+                     _path(environ),
                      status, sent,
                      (time.monotonic() - environ[STARTED]) * 1000,
                      context=_context(environ))
@@ -95,9 +106,16 @@ class _CountedBody:
 
 
 def _path(environ):
-    path = environ.get('SCRIPT_NAME', '') + environ.get('PATH_INFO', '')
+    path = _UNSAFE_IN_PATH.sub(_escape, environ.get('SCRIPT_NAME', '')
+                               + environ.get('PATH_INFO', ''))
     query = environ.get('QUERY_STRING')
-    return '%s?%s' % (path, query) if query else path
+    return '%s?%s' % (path, _UNSAFE.sub(_escape, query)) if query else path
+
+
+def _escape(match):
+    code = ord(match.group())
+    # WSGI gives bytes as latin-1 characters: one %XX each.
+    return '%%%02X' % code if code < 256 else '\\u%04x' % code
 
 
 def _context(environ):

@@ -60,12 +60,18 @@ class InputGuard:
         sentence = _path_problem(environ) or _query_problem(environ)
         if sentence is None:
             return self._app(environ, start_response)
-        response = hooks.error_response(400, sentence, CODE)
-        if hooks.is_versioned(environ.get('PATH_INFO', '')):
-            try:
-                version = microversion.requested(
-                    environ.get('HTTP_OPENSTACK_API_VERSION'))
-            except exception.CyborgError:
-                version = microversion.MIN_VERSION
-            response.headers.update(microversion.response_headers(version))
-        return response(environ, start_response)
+        return refusal(environ, 400, sentence, CODE)(environ, start_response)
+
+
+def refusal(environ, status, sentence, code):
+    """The API's error response, for a request refused before pecan: with
+    the microversion headers a versioned path answers with."""
+    response = hooks.error_response(status, sentence, code)
+    if hooks.is_versioned(environ.get('PATH_INFO', '')):
+        try:
+            version = microversion.requested(
+                environ.get('HTTP_OPENSTACK_API_VERSION'))
+        except exception.CyborgError:
+            version = microversion.MIN_VERSION
+        response.headers.update(microversion.response_headers(version))
+    return response

@@ -113,3 +113,22 @@ def test_the_copy_of_a_large_body_is_closed(conf, db):
     assert status in (201, 400)
     assert [str(w.message) for w in caught
             if issubclass(w.category, ResourceWarning)] == []
+
+
+def test_control_characters_cannot_forge_a_line(
+        conf, db, oslo_log_lines):  # noqa: F811
+    api = webtest.TestApp(api_app.build_app(conf, db))
+    forged = '127.0.0.1 "GET /v2/forged" status 200 len 0 time 0.1 ms'
+    api.get('/v2/device_profiles/x%0D%0A' + forged.replace(' ', '%20')
+            + '%22%25', expect_errors=True)
+    api.get('/v2/device_profiles?name=a%0Ab&q="\x7f', expect_errors=True)
+
+    lines = access_lines(oslo_log_lines)
+    assert len(lines) == 2, oslo_log_lines.text
+    assert not any('/v2/forged' in line and '"GET /v2/forged"' in line
+                   for line in oslo_log_lines.text.splitlines())
+    assert ('"GET /v2/device_profiles/x%0D%0A127.0.0.1%20%22GET%20/v2/'
+            'forged%22%20status%20200' in lines[0])
+    assert lines[0].split(' status ')[1].startswith('404 ')
+    assert '%22%25" status 404' in lines[0]
+    assert '"GET /v2/device_profiles?name=a%0Ab&q=%22%7F" status' in lines[1]

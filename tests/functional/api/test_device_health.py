@@ -117,6 +117,32 @@ def test_health_and_usage_as_the_conductor_stored_them(api, db, hosts):
                    headers=V25).json == nvidia
 
 
+def test_usage_is_for_admins_only(api, db, hosts):
+    # Usage describes the workloads of the projects using the devices;
+    # a project manager reads the inventory, not their figures.
+    inventory_rows.record_usage(db.engine, 'host1', {
+        '0000:3b:00.0': {'temperature_c': 61, 'observed_at': OBSERVED}})
+    one = DEVICES + '/' + hosts['nvidia']
+    deployables = '/v2/deployables?device_id=' + hosts['nvidia']
+
+    def usage_seen(headers):
+        headers = {**headers, **V25}
+        listed = {d['uuid']: d for d in api.get(
+            DEVICES, headers=headers).json['devices']}
+        [deployable] = api.get(deployables, headers=headers).json[
+            'deployables']
+        shown_deployable = api.get(
+            '/v2/deployables/' + deployable['uuid'], headers=headers).json
+        return [listed[hosts['nvidia']]['usage'],
+                api.get(one, headers=headers).json['usage'],
+                deployable['usage'], shown_deployable['usage']]
+
+    figures = {'observed_at': '2026-01-01T00:00:00.500000+00:00',
+               'values': {'temperature_c': 61}}
+    assert usage_seen(ADMIN) == [figures] * 4
+    assert usage_seen(MANAGER) == [None] * 4
+
+
 def test_quarantined_is_the_quarantine_in_effect(api, db, hosts):
     def shown(override, quarantined):
         inventory_rows.set_health(db.engine, hosts['amd'],

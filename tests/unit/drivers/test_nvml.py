@@ -214,3 +214,44 @@ def test_the_recording_is_the_h100():
         static = json.loads(f.readline())['static']
     assert static['name'] == 'NVIDIA H100 80GB HBM3'
     assert static['xid_events'] == 'registered'
+
+
+def test_a_recurring_xid_is_named_once_and_the_gpu_stays_unhealthy(
+        h100, recorded_nvml):
+    library = recorded_nvml()
+    library.inject_xid(H100, 79)
+    first = observe(h100)
+    # The same faults again and again, another kind among them.
+    for _ in range(3):
+        library.inject_xid(H100, 79)
+        library.inject_xid(H100, 48)
+        library.inject_xid(H100, 79)
+        library.step()
+        observation = observe(h100)
+        assert observation.state == health.UNHEALTHY
+        assert observation.reason == (
+            'critical XID 79 (GPU has fallen off the bus); '
+            'critical XID 48 (double-bit ECC error)')
+    assert first.reason == 'critical XID 79 (GPU has fallen off the bus)'
+    # With no new event the GPU is still judged unhealthy, for the same
+    # reason: a heartbeat repeats nothing new.
+    library.step()
+    again = observe(h100)
+    assert (again.state, again.reason) == (observation.state,
+                                           observation.reason)
+    assert len(again.findings) == 2
+
+
+def test_the_xids_named_are_bounded(h100, recorded_nvml):
+    library = recorded_nvml()
+    critical = [x for x in range(1, 200) if x not in nvml.APPLICATION_XIDS]
+    for xid in critical[:3 * nvml.MAX_XIDS_NAMED]:
+        library.inject_xid(H100, xid)
+    observation = observe(h100)
+    assert observation.state == health.UNHEALTHY
+    named = [f.reason for f in observation.findings
+             if f.state == health.UNHEALTHY]
+    assert len(named) == nvml.MAX_XIDS_NAMED
+    # The latest kinds of fault are the ones named.
+    assert named[-1].startswith(
+        'critical XID %d' % critical[3 * nvml.MAX_XIDS_NAMED - 1])

@@ -15,7 +15,10 @@ What is judged, per GPU (found by its PCI address):
   the application, not the GPU (``APPLICATION_XIDS``): they are logged and
   ignored. Any other critical XID makes the GPU unhealthy from then on:
   the faults it reports need a GPU reset, after which the agent, and this
-  observer, start afresh;
+  observer, start afresh. Each XID number is named once in the reason
+  however often it recurs, the last ``MAX_XIDS_NAMED`` distinct ones at
+  most, so that the reason a heartbeat carries changes only when a new
+  kind of fault appears;
 - uncorrectable ECC errors since the driver loaded (volatile count):
   unhealthy;
 - row remapping: a failure is unhealthy, a remap pending (it takes effect
@@ -45,6 +48,10 @@ LOG = logging.getLogger(__name__)
 # XIDs NVIDIA documents as caused by the application (a bad kernel, a
 # program that was killed), not by the GPU.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
+# Distinct critical XIDs named in a GPU's reason: a GPU that reports
+# more kinds of fault than this is unhealthy all the same.
+MAX_XIDS_NAMED = 8
 
 # Names of the XIDs an operator most often meets, for the reason text.
 XID_NAMES = {
@@ -90,7 +97,8 @@ class NVMLObserver:
         self._addresses = {}  # _key(handle) -> address
         self._slowdown = {}  # address -> °C, or None where unsupported
         self._events = None  # the event set, None where unsupported
-        self._xids = {}  # address -> [critical XIDs seen], kept
+        # address -> {critical XID: None}, distinct, first seen first
+        self._xids = {}
         self._last_xid = {}  # address -> the last XID of any kind
         self._identity = {}  # address -> {gpu_index, gpu_uuid, gpu_name}
         self._vgpu_stamps = {}  # address -> time stamp of the last sample
@@ -213,7 +221,7 @@ class NVMLObserver:
                 continue
             LOG.error('%s on GPU %s', _xid_reason(xid), address)
             if address is not None:
-                self._xids.setdefault(address, []).append(xid)
+                _note(self._xids.setdefault(address, {}), xid)
 
     def _read(self, address, handle):
         nvml = self._nvml
@@ -330,6 +338,17 @@ class NVMLObserver:
             self._vgpu_stamps[key] = max(self._vgpu_stamps.get(key, 0),
                                          sample.timeStamp)
         return [by_instance[i] for i in sorted(by_instance)]
+
+
+def _note(seen, xid):
+    """Add ``xid`` to ``seen``, a GPU's distinct XIDs in the order first
+    seen (one seen again keeps its place, so the reason stays the same);
+    the first seen goes once there are more than ``MAX_XIDS_NAMED``."""
+    if xid in seen:
+        return
+    seen[xid] = None
+    if len(seen) > MAX_XIDS_NAMED:
+        del seen[next(iter(seen))]
 
 
 def _xid_reason(xid):

@@ -133,7 +133,8 @@ class DeployablesController(resource.ResourceController):
             request.context, name=collection.single(params, 'name'),
             device_uuid=_uuid_param(params, 'device_id'),
             rp_uuid=_uuid_param(params, 'rp_uuid'),
-            usage=request.version >= device_health.FROM_VERSION, **page)
+            usage=request.version >= device_health.FROM_VERSION
+            and device_health.usage_shown(request), **page)
         base = views.base_url(request)
         return collection.listing(
             request, 'deployables',
@@ -165,7 +166,8 @@ class DeployablesController(resource.ResourceController):
 
 def _current_view(request, uuid):
     with_health = request.version >= device_health.FROM_VERSION
-    row, attributes, usage = db.get_deployable(request.context, uuid,
-                                               usage=with_health)
+    row, attributes, usage = db.get_deployable(
+        request.context, uuid,
+        usage=with_health and device_health.usage_shown(request))
     return _view(row, attributes, usage, views.base_url(request),
                  request.version)

@@ -149,8 +149,9 @@ class DevicesController(resource.ResourceController):
         with_health = request.version >= device_health.FROM_VERSION
         if with_health:
             filters['health'] = _health_filter(params)
-        rows, usage = db.list_devices(request.context, usage=with_health,
-                                      **filters, **page)
+        rows, usage = db.list_devices(
+            request.context, usage=with_health and device_health.usage_shown(
+                request), **filters, **page)
         base = views.base_url(request)
         return collection.listing(
             request, 'devices',
@@ -220,6 +221,7 @@ class DevicesController(resource.ResourceController):
 
 def _current_view(request, device_uuid):
     with_health = request.version >= device_health.FROM_VERSION
-    device, usage = db.get_device(request.context, device_uuid,
-                                  usage=with_health)
+    device, usage = db.get_device(
+        request.context, device_uuid,
+        usage=with_health and device_health.usage_shown(request))
     return _view(device, usage, views.base_url(request), request.version)
