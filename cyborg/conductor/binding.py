@@ -175,14 +175,16 @@ class Binder:
         for longer than ``bind_timeout`` (their cast was lost). Returns
         how many it took."""
         membership = self.membership.current()
-        cutoff = models.utcnow() - datetime.timedelta(
-            seconds=self.bind_timeout)
+        now = models.utcnow()
+        cutoff = now - datetime.timedelta(seconds=self.bind_timeout)
         orphans = {}  # previous owner (None: nobody) -> [uuid]
         for row in db.binds_in_progress(context):
             owner = row.bind_conductor
             claimed = row.bind_deadline is not None
             if owner == self.owner and claimed:
                 continue  # resume's
+            if claimed and row.bind_deadline < now:
+                continue  # overdue: fail_overdue's, not to be bound late
             if owner is None or owner == self.owner:
                 # Queued for a conductor (this one, or whichever takes the
                 # cast): its cast comes, unless it was lost long ago.
