@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from cyborg import exception
 from cyborg.db import models
-from cyborg.db import prepared
+from cyborg.db.api import arqs
 from cyborg.db.api import pagination
 
 DeviceProfile = models.DeviceProfile
@@ -28,7 +28,7 @@ def listed_profiles(context, names=None, **page):
     """``list_profiles`` for the API's list: rows of ``LISTED``,
     ``profile_json`` as its JSON text, which ``groups_of`` reads."""
     if not names and page.get('marker') is None:
-        return context.db.read_prepared(context, _unfiltered_listing(
+        return context.db.read_rows(context, _unfiltered_listing(
             page.get('limit'), page.get('sort_key', 'id'),
             page.get('sort_dir', 'asc')))
     with context.db.read_connection(context) as connection:
@@ -54,9 +54,9 @@ def _listing():
 @functools.lru_cache(maxsize=32)
 def _unfiltered_listing(limit, sort_key, sort_dir):
     # The common list call, built once per page shape.
-    return prepared.Prepared(pagination.paginate(
+    return pagination.paginate(
         None, _listing(), DeviceProfile, limit=limit, sort_key=sort_key,
-        sort_dir=sort_dir))
+        sort_dir=sort_dir)
 
 
 def groups_of(profile_json_text):
@@ -146,6 +146,8 @@ def delete_profiles(context, uuids=(), names=()):
     except db_exc.DBReferenceError as e:
         # An ARQ was made from the profile while we were deleting it.
         raise _in_use([r.name for r in found]) from e
+    for row in found:
+        arqs.forget_profile(row.name)
 
 
 def _refuse_repeats(field, values):

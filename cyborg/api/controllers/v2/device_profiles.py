@@ -9,7 +9,6 @@ from wsme import types as wtypes
 from cyborg import exception
 from cyborg.api import collection
 from cyborg.api import expose
-from cyborg.api import rendered
 from cyborg.api import request_body
 from cyborg.api import uuids
 from cyborg.api import views
@@ -105,10 +104,6 @@ def _names(value, parameter):
 
 class DeviceProfilesController(resource.ResourceController):
 
-    def __init__(self):
-        super().__init__()
-        self._rendered = rendered.RenderedLists()
-
     @expose.json()
     def get_all(self, **params):
         request = pecan.request
@@ -118,12 +113,9 @@ class DeviceProfilesController(resource.ResourceController):
         name = collection.single(params, 'name')
         names = _names(name, 'name') if name is not None else None
         rows = db.listed_profiles(request.context, names=names, **page)
-        base = views.base_url(request)
-        # The list and its next link: the rows, the base and the query.
-        return self._rendered.body(
-            (base, request.path_info, request.query_string), rows,
-            lambda: collection.listing(request, 'device_profiles',
-                                       _listed(rows, base), page))
+        return collection.listing(request, 'device_profiles',
+                                  _listed(rows, views.base_url(request)),
+                                  page)
 
     @expose.json()
     def get_one(self, key, **params):
