@@ -2,6 +2,7 @@
 
 import contextlib
 import logging
+import weakref
 
 from oslo_db.sqlalchemy import enginefacade
 import sqlalchemy as sa
@@ -136,6 +137,10 @@ def with_mysql_driver(url):
         hide_password=False)
 
 
+# The SQLite engines whose writers begin with ``BEGIN IMMEDIATE``.
+_IMMEDIATE_ENGINES = weakref.WeakSet()
+
+
 def _begin_writers_immediately(engine):
     """Writers take SQLite's write lock when they begin.
 
@@ -144,20 +149,27 @@ def _begin_writers_immediately(engine):
     is locked" at once instead of waiting. Taking the lock up front makes
     writers queue (for the busy timeout) instead.
 
-    Registered through enginefacade's ``append_on_engine_create`` and
-    placed before oslo.db's own BEGIN listener: this one begins the
-    transaction and sets oslo.db's ``in_transaction`` marker, so that
-    oslo.db's listener, which sees the marker, sends nothing, and its
-    commit and rollback listeners clear the marker as usual. This is the
-    one place that sends BEGIN as text: SQLite's driver is left out of
-    transactions by oslo.db (isolation_level None), and only SQL text can
-    ask for the IMMEDIATE lock.
+    Called through enginefacade's ``append_on_engine_create``. oslo.db's
+    own listener sends a plain ``BEGIN`` unless the connection's
+    ``in_transaction`` marker is set, so this one must run first; and
+    SQLAlchemy ignores ``insert=True`` for connection events. Listeners
+    of the Engine class run before those of an engine, so it listens
+    there, once, and acts only on the engines registered here. It
+    begins the transaction and sets the marker, so oslo.db's listener
+    sends nothing, and oslo.db's commit and rollback listeners clear the
+    marker as usual. This is the one place that sends BEGIN as text:
+    oslo.db leaves SQLite's driver out of transactions (isolation_level
+    None), and only SQL text can ask for the IMMEDIATE lock.
     """
-    def begin(connection):
-        if 'in_transaction' not in connection.info:
-            immediate = connection.get_execution_options().get(_WRITER)
-            connection.exec_driver_sql('BEGIN IMMEDIATE' if immediate
-                                       else 'BEGIN')
-            connection.info['in_transaction'] = True
+    _IMMEDIATE_ENGINES.add(engine)
+    if not sa.event.contains(sa.engine.Engine, 'begin', _begin):
+        sa.event.listen(sa.engine.Engine, 'begin', _begin)
 
-    sa.event.listen(engine, 'begin', begin, insert=True)
+
+def _begin(connection):
+    if (connection.engine in _IMMEDIATE_ENGINES
+            and 'in_transaction' not in connection.info):
+        immediate = connection.get_execution_options().get(_WRITER)
+        connection.exec_driver_sql('BEGIN IMMEDIATE' if immediate
+                                   else 'BEGIN')
+        connection.info['in_transaction'] = True
