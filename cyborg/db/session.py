@@ -8,6 +8,8 @@ from oslo_db.sqlalchemy import enginefacade
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from cyborg.db import prepared as db_prepared
+
 LOG = logging.getLogger(__name__)
 
 # The execution option that marks a connection as a writer's.
@@ -89,6 +91,33 @@ class Database:
         """Every row of one SELECT, read as ``read_connection`` does."""
         with self.read_connection(context) as connection:
             return connection.execute(statement).all()
+
+    def read_prepared(self, context, prepared, params=None):
+        """Every row of a ``prepared.Prepared`` SELECT, as tuples, in a
+        transaction of its own (whatever ``context`` holds).
+
+        Where the statement allows it (see ``cyborg.db.prepared``), it is
+        sent on the DBAPI cursor of a connection of the one engine's pool
+        (checked out with its ping and process guard, every
+        ``[database]`` option applied), in the driver's implicit
+        transaction, which the pool's reset at check-in rolls back: what
+        a reader transaction does, without building one. A driver error
+        there sends the SELECT again through SQLAlchemy, in a reader
+        transaction, so that the error raised is oslo.db's.
+        """
+        engine = self.engine
+        form = (None if db_prepared.watched(engine)
+                else prepared.form(engine.dialect))
+        if form is not None:
+            sql, arguments = form
+            try:
+                return db_prepared.fetch_all(engine, sql, arguments(params))
+            except engine.dialect.loaded_dbapi.Error:
+                pass
+        with self._facade.reader.independent.connection.using(
+                context) as connection:
+            return [tuple(row) for row in connection.execute(
+                prepared.statement, params or {})]
 
     @property
     def engine(self):

@@ -8,6 +8,7 @@ import sqlalchemy as sa
 
 from cyborg import exception
 from cyborg.db import models
+from cyborg.db import prepared
 from cyborg.db.api import arqs
 from cyborg.db.api import pagination
 
@@ -28,7 +29,7 @@ def listed_profiles(context, names=None, **page):
     """``list_profiles`` for the API's list: rows of ``LISTED``,
     ``profile_json`` as its JSON text, which ``groups_of`` reads."""
     if not names and page.get('marker') is None:
-        return context.db.read_rows(context, _unfiltered_listing(
+        return context.db.read_prepared(context, _unfiltered_listing(
             page.get('limit'), page.get('sort_key', 'id'),
             page.get('sort_dir', 'asc')))
     with context.db.read_connection(context) as connection:
@@ -54,9 +55,9 @@ def _listing():
 @functools.lru_cache(maxsize=32)
 def _unfiltered_listing(limit, sort_key, sort_dir):
     # The common list call, built once per page shape.
-    return pagination.paginate(
+    return prepared.Prepared(pagination.paginate(
         None, _listing(), DeviceProfile, limit=limit, sort_key=sort_key,
-        sort_dir=sort_dir)
+        sort_dir=sort_dir))
 
 
 def groups_of(profile_json_text):

@@ -9,6 +9,7 @@ from wsme import types as wtypes
 from cyborg import exception
 from cyborg.api import collection
 from cyborg.api import expose
+from cyborg.api import rendered
 from cyborg.api import request_body
 from cyborg.api import uuids
 from cyborg.api import views
@@ -102,7 +103,21 @@ def _names(value, parameter):
     return names
 
 
+def _list_body(rows, url, page):
+    """The list's body: of ``rows``, ``url`` (base URL, path, query
+    string) and ``page`` (what the query asks, within ``[api]
+    max_limit``) alone."""
+    base, path, query_string = url
+    return collection.listing_at(base, path, query_string,
+                                 'device_profiles', _listed(rows, base),
+                                 page)
+
+
 class DeviceProfilesController(resource.ResourceController):
+
+    def __init__(self):
+        super().__init__()
+        self._rendered = rendered.RenderedLists(_list_body)
 
     @expose.json()
     def get_all(self, **params):
@@ -113,9 +128,9 @@ class DeviceProfilesController(resource.ResourceController):
         name = collection.single(params, 'name')
         names = _names(name, 'name') if name is not None else None
         rows = db.listed_profiles(request.context, names=names, **page)
-        return collection.listing(request, 'device_profiles',
-                                  _listed(rows, views.base_url(request)),
-                                  page)
+        url = (views.base_url(request), request.path_info,
+               request.query_string)
+        return self._rendered.body(rows, url, page)
 
     @expose.json()
     def get_one(self, key, **params):
