@@ -72,13 +72,19 @@ def listing(request, name, items, page):
     following page, whenever this page is full (it reached ``limit`` or
     ``[api] max_limit``): a full page may be followed by more. ``page``
     is what ``page_params`` returned, or nothing for an uncut list."""
+    return listing_at(views.base_url(request), request.path_info,
+                      request.query_string, name, items, page)
+
+
+def listing_at(base_url, path, query_string, name, items, page):
+    """``listing`` for a request to ``base_url``, ``path`` and
+    ``query_string``: of these arguments alone."""
     body = {name: items}
     limit = page.get('limit') if page else None
     if items and limit is not None and len(items) >= limit:
-        query = [(key, value) for key, value in request.GET.items()
+        query = [(key, value) for key, value
+                 in parse.parse_qsl(query_string, keep_blank_values=True)
                  if key != 'marker']
         query.append(('marker', items[-1]['uuid']))
-        body['next'] = '%s%s?%s' % (views.base_url(request),
-                                    request.path_info,
-                                    parse.urlencode(query))
+        body['next'] = '%s%s?%s' % (base_url, path, parse.urlencode(query))
     return body

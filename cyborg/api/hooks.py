@@ -15,7 +15,6 @@ from cyborg import exception
 from cyborg import policy
 from cyborg.api import microversion
 from cyborg.api.middleware import access_log
-from cyborg.db.api import arqs as arqs_db
 from cyborg.notifications import notifier as notifier_module
 
 LOG = logging.getLogger(__name__)
@@ -107,19 +106,13 @@ class AppState:
 
     def warm_up(self):
         """Open, on a thread of its own, what a worker's first bind would
-        otherwise open itself: the database's pools (``Database.
-        warm_up``), the bind's compiled statements (a bind rehearsed and
-        rolled back), the first read of the ring and a connection to the
-        message bus. A neighbour that is down delays nothing: the
+        otherwise open itself: the database's pool (``Database.warm_up``;
+        it writes nothing), the first read of the ring and a connection to
+        the message bus. A neighbour that is down delays nothing: the
         requests that need it find out."""
         def run():
             try:
                 self.db.warm_up()
-                try:
-                    arqs_db.rehearse_binding(cyborg_context.admin_context(
-                        self.db))
-                except Exception as e:  # the rest is worth warming still
-                    LOG.info('Rehearsing a bind: %s', e)
                 self.membership  # noqa: B018  (its first read)
                 from cyborg import rpc
                 rpc.open_send_connection(self._transport)

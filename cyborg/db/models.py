@@ -211,6 +211,8 @@ class AttachHandle(TimestampMixin, Base):
 
 class DeviceProfile(TimestampMixin, Base):
     __tablename__ = 'device_profiles'
+    # Ids are never reused (SQLite would give a deleted newest id again).
+    __table_args__ = ({'sqlite_autoincrement': True},)
 
     id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
     uuid: orm.Mapped[str] = _uuid_column()
@@ -236,6 +238,9 @@ class ExtendedAcceleratorRequest(TimestampMixin, Base):
         sa.Index('ix_extended_accelerator_requests_state', 'state'),
         sa.Index('ix_extended_accelerator_requests_nova_event_pending',
                  'nova_event_pending'),
+        # Ids are never reused (SQLite would give a deleted newest id
+        # again, to an ARQ that a bind of the old one would then touch).
+        {'sqlite_autoincrement': True},
     )
 
     id: orm.Mapped[int] = orm.mapped_column(primary_key=True)

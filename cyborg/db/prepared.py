@@ -1,24 +1,32 @@
-"""Statements built once and sent on the driver's own cursor.
+"""The one fast path: SELECTs built once and sent on the driver's cursor.
 
-SQLAlchemy's execution (a Connection, its execution context, the Result
-and its Row objects) costs more than the round trip of a small statement
-on a busy endpoint. A ``Prepared`` statement is compiled by SQLAlchemy
-once per dialect and then sent as plain SQL on a pooled connection's
-DBAPI cursor: a SELECT's rows come back as the driver's tuples, a
-write's count of rows. Only a statement that SQLAlchemy would add
-nothing to qualifies: no column whose type converts what the driver
-returns, no parameter whose type converts what is sent, no parameter
-rendered at execution (expanding IN lists).
-Anything else runs through SQLAlchemy as usual, and so does every
-statement of an engine whose statements something watches (SQL logging,
-``[database] connection_debug``, or an event listener: a profiler, a
-statement counter), so that it misses none.
+SQLAlchemy's execution (its execution context, the Result and its Row
+objects) costs more than the round trip of a small SELECT on a busy
+endpoint. A ``Prepared`` SELECT is compiled by SQLAlchemy once per
+dialect, then sent as plain SQL on the DBAPI cursor of a connection of the
+engine that enginefacade made (``Database.read_prepared``): the same
+engine, pool and ``[database]`` options as every other statement, in the
+driver's implicit transaction that the pool rolls back at check-in; only
+the execution differs, and its rows come back as the driver's tuples.
+
+Only a statement that SQLAlchemy would add nothing to qualifies: no
+column whose type converts what the driver returns, no parameter whose
+type converts what is sent, no parameter rendered at execution
+(expanding IN lists). Anything else runs through SQLAlchemy as usual, and
+so does every statement of an engine whose statements something watches
+(SQL logging, ``[database] connection_debug``, or an event listener: a
+profiler, a statement counter), so that it misses none.
+
+Reads only: a SELECT that fails on the cursor is sent again through
+SQLAlchemy in a new reader transaction, so that the error raised is the
+one oslo.db translates (a SELECT may be sent twice; a write could not).
+tests/functional/db/test_prepared.py runs each statement both ways on
+every engine.
 """
 
 import logging
 import threading
 
-from oslo_db import exception as db_exc
 from sqlalchemy import exc as sa_exc
 
 
@@ -89,37 +97,23 @@ def watched(engine):
 
 def fetch_all(engine, sql, arguments):
     """Every row of ``sql`` on a connection of ``engine``'s pool, as the
-    driver's tuples. A connection that turns out broken is invalidated
-    (DBConnectionError); another driver error is a DBError."""
-    return _on_cursor(engine, sql, arguments,
-                      lambda cursor: list(cursor.fetchall()))
-
-
-def write(engine, sql, arguments):
-    """Run ``sql`` (a write, committed on its own by the autocommit
-    connection) on a connection of ``engine``'s pool; the number of rows
-    it matched. Errors as ``fetch_all``'s."""
-    return _on_cursor(engine, sql, arguments, lambda cursor: cursor.rowcount)
-
-
-def _on_cursor(engine, sql, arguments, result):
+    driver's tuples. A connection that turns out broken is invalidated,
+    not pooled again; the driver's error is raised."""
     connection = engine.raw_connection()
-    dbapi_error = engine.dialect.loaded_dbapi.Error
     try:
         cursor = connection.cursor()
         try:
             cursor.execute(sql, arguments)
-            return result(cursor)
-        except dbapi_error as e:
-            if engine.dialect.is_disconnect(e, connection.dbapi_connection,
-                                            cursor):
+            return list(cursor.fetchall())
+        except engine.dialect.loaded_dbapi.Error as e:
+            if engine.dialect.is_disconnect(
+                    e, connection.dbapi_connection, cursor):
                 connection.invalidate(e)
-                raise db_exc.DBConnectionError(e) from e
-            raise db_exc.DBError(e) from e
+            raise
         finally:
             try:
                 cursor.close()
-            except dbapi_error:  # its connection is gone: nothing to free
-                pass
+            except engine.dialect.loaded_dbapi.Error:
+                pass  # its connection is gone: nothing to free
     finally:
         connection.close()

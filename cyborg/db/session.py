@@ -2,13 +2,9 @@
 
 import contextlib
 import logging
-import os
-import threading
-import time
+import weakref
 
-from oslo_db import exception as db_exc
 from oslo_db.sqlalchemy import enginefacade
-from oslo_db.sqlalchemy import exc_filters
 import sqlalchemy as sa
 from sqlalchemy import orm
 
@@ -18,17 +14,18 @@ LOG = logging.getLogger(__name__)
 
 # The execution option that marks a connection as a writer's.
 _WRITER = 'cyborg_writer'
-# Seconds a connection of the autocommit pool (``read_rows``) may rest and
-# still be used without a ping first.
-PING_AFTER_IDLE = 1.0
 
 
 class Database:
     """Transactions on the database named by a ``[database]`` group.
 
-    Every function of ``cyborg.db.api`` takes a request context; the
-    transaction lives on that context for the length of the ``with`` block,
-    so nested calls share it.
+    Every statement runs through one oslo.db enginefacade, on one engine
+    and its one pool, made of every ``[database]`` option. Every function
+    of ``cyborg.db.api`` takes a request context; the transaction lives
+    on that context for the length of the ``with`` block, so nested calls
+    share it. Core statements take a connection (``read_connection``,
+    ``write_connection``): enginefacade's ``.connection``, the same
+    transaction a session of the context would use, without the ORM.
     """
 
     def __init__(self, conf):
@@ -43,21 +40,17 @@ class Database:
         # costs time.
         options['thread_checkin'] = False
         self._facade.configure(**options)
-        self._options = options
-        self._autocommit = None
-        self._autocommit_lock = threading.Lock()
         self._sqlite = conf.database.connection.startswith('sqlite')
         if self._sqlite:
-            _begin_writers_immediately(self.engine)
+            self._facade.append_on_engine_create(_begin_writers_immediately)
 
     def warm_up(self):
         """Do now what the first statements would do on their way: start
-        the transactions' engine (oslo.db does on first use, with a test
-        connection), leave a connection in each pool and map the models.
-        """
-        for engine in self.engines:
-            with engine.connect():
-                pass
+        the engine (oslo.db does on first use, with a test connection),
+        leave a connection in its pool and map the models. Nothing is
+        written."""
+        with self.engine.connect():
+            pass
         orm.configure_mappers()
 
     def reader(self, context):
@@ -74,155 +67,57 @@ class Database:
             yield session
 
     def read_connection(self, context):
-        """A Core connection for reads that need no ORM objects (faster).
-
-        Inside a transaction of ``context`` it is that transaction's;
-        otherwise the engine's own, closed at the end of the ``with``
-        block: enginefacade's bookkeeping costs more than a small SELECT,
-        and it ends a read with two ROLLBACKs (its own, then the pool's)
-        where closing the connection sends one.
-        """
-        if _in_transaction(context):
-            return self._facade.reader.connection.using(context)
-        return self.engine.connect()
-
-    @contextlib.contextmanager
-    def autocommit_connection(self, context):
-        """A Core connection whose statements each commit on their own,
-        for work that needs no transaction (each of its writes stands
-        alone); inside a transaction of ``context``, that transaction's.
-        Saves the BEGIN and COMMIT round trips of ``write_connection``.
-        """
-        if self._sqlite or _in_transaction(context):
-            with self.write_connection(context) as connection:
-                yield connection
-            return
-        with self._autocommit_engine().connect() as connection:
-            yield connection
+        """A Core connection in a reader transaction of ``context`` (that
+        of an enclosing reader or writer, if any), rolled back at the end
+        of the ``with`` block."""
+        return self._facade.reader.connection.using(context)
 
     @contextlib.contextmanager
     def write_connection(self, context):
-        """A Core connection in a transaction, committed at the end of the
-        ``with`` block (rolled back if it raises).
-
-        Inside a transaction of ``context`` it is that transaction's.
-        Otherwise a connection of the autocommit pool (see ``read_rows``)
-        that begins and ends its own transaction: a writer of the
-        transactions' pool pays a ping before and a ROLLBACK after its
-        COMMIT, one round trip more to the server than BEGIN costs, and
-        its session's bookkeeping. A connection found broken at BEGIN,
-        when nothing was sent yet, is replaced once.
-        """
-        if self._sqlite or _in_transaction(context):
+        """A Core connection in a writer transaction of ``context`` (that
+        of an enclosing writer, if any), committed at the end of the
+        ``with`` block, rolled back if it raises."""
+        if self._sqlite:
+            # A writer's transaction must begin as one (see
+            # ``_begin_writers_immediately``), which a session can ask
+            # before its connection begins.
             with self.writer(context) as session:
                 yield session.connection()
             return
-        engine = self._autocommit_engine()
-        connection = engine.connect()
-        try:
-            try:
-                connection.exec_driver_sql('BEGIN')
-            except db_exc.DBConnectionError:
-                connection.close()
-                connection = engine.connect()
-                connection.exec_driver_sql('BEGIN')
-            try:
-                yield connection
-                connection.exec_driver_sql('COMMIT')
-            except BaseException:
-                _roll_back(connection)
-                raise
-        finally:
-            connection.close()
+        with self._facade.writer.connection.using(context) as connection:
+            yield connection
 
     def read_rows(self, context, statement):
-        """Every row of one SELECT.
-
-        Outside a transaction of ``context`` it runs alone, in autocommit
-        on a pool of its own: a lone SELECT needs no transaction, and so
-        neither the ROLLBACK after it nor the ping before it that the
-        transactions' pool sends, two round trips to the server that cost
-        more than a small SELECT. A connection found broken is replaced
-        and the SELECT sent again, once.
-        """
-        if self._sqlite or _in_transaction(context):
-            with self.read_connection(context) as connection:
-                return connection.execute(statement).all()
-        engine = self._autocommit_engine()
-        try:
-            with engine.connect() as connection:
-                return connection.execute(statement).all()
-        except db_exc.DBConnectionError:
-            # The server restarted, say: the pool dropped what it had.
-            with engine.connect() as connection:
-                return connection.execute(statement).all()
+        """Every row of one SELECT, read as ``read_connection`` does."""
+        with self.read_connection(context) as connection:
+            return connection.execute(statement).all()
 
     def read_prepared(self, context, prepared, params=None):
-        """Every row of a ``prepared.Prepared`` SELECT, as tuples.
+        """Every row of a ``prepared.Prepared`` SELECT, as tuples, in a
+        transaction of its own (whatever ``context`` holds).
 
-        As ``read_rows``, on the driver's cursor where the statement
-        allows it (see ``cyborg.db.prepared``); through SQLAlchemy on
-        SQLite and inside a transaction of ``context``.
+        Where the statement allows it (see ``cyborg.db.prepared``), it is
+        sent on the DBAPI cursor of a connection of the one engine's pool
+        (checked out with its ping and process guard, every
+        ``[database]`` option applied), in the driver's implicit
+        transaction, which the pool's reset at check-in rolls back: what
+        a reader transaction does, without building one. A driver error
+        there sends the SELECT again through SQLAlchemy, in a reader
+        transaction, so that the error raised is oslo.db's.
         """
-        on_cursor = self._on_cursor(context, prepared)
-        if on_cursor is None:
-            statement = prepared.statement
-            return [tuple(row) for row in self.read_rows(
-                context, statement.params(params) if params else statement)]
-        engine, sql, arguments = on_cursor
-        try:
-            return db_prepared.fetch_all(engine, sql, arguments(params))
-        except db_exc.DBConnectionError:
-            # As read_rows: the server restarted, say.
-            return db_prepared.fetch_all(engine, sql, arguments(params))
-
-    def write_prepared(self, context, prepared, params=None):
-        """Run a ``prepared.Prepared`` write that commits on its own (as
-        in ``autocommit_connection``); the number of rows it matched.
-
-        On the driver's cursor where the statement allows it. A driver
-        error there sends the statement again through SQLAlchemy, whose
-        error (translated by oslo.db) is the one raised: a statement that
-        failed in autocommit changed nothing.
-        """
-        on_cursor = self._on_cursor(context, prepared)
-        if on_cursor is not None:
-            engine, sql, arguments = on_cursor
+        engine = self.engine
+        form = (None if db_prepared.watched(engine)
+                else prepared.form(engine.dialect))
+        if form is not None:
+            sql, arguments = form
             try:
-                return db_prepared.write(engine, sql, arguments(params))
-            except db_exc.DBError:
+                return db_prepared.fetch_all(engine, sql, arguments(params))
+            except engine.dialect.loaded_dbapi.Error:
                 pass
-        with self.autocommit_connection(context) as connection:
-            return connection.execute(prepared.statement,
-                                      params or {}).rowcount
-
-    def _on_cursor(self, context, prepared):
-        """``(engine, sql, arguments)`` to send ``prepared`` on the driver's
-        cursor, or None where SQLAlchemy must run it: on SQLite, inside a
-        transaction of ``context``, when the engine is watched or the
-        statement does not allow it."""
-        if self._sqlite or _in_transaction(context):
-            return None
-        engine = self._autocommit_engine()
-        if db_prepared.watched(engine):
-            return None
-        form = prepared.form(engine.dialect)
-        return None if form is None else (engine, *form)
-
-    def _autocommit_engine(self):
-        if self._autocommit is None:
-            with self._autocommit_lock:
-                if self._autocommit is None:
-                    self._autocommit = _new_autocommit_engine(self._options)
-        return self._autocommit
-
-    @property
-    def reuses_ids(self):
-        """Whether a deleted row's id may be given to a new row: SQLite
-        gives the highest id again once its row is gone; InnoDB (which
-        keeps its counter across restarts) and PostgreSQL's sequences
-        never do."""
-        return self._sqlite
+        with self._facade.reader.independent.connection.using(
+                context) as connection:
+            return [tuple(row) for row in connection.execute(
+                prepared.statement, params or {})]
 
     @property
     def engine(self):
@@ -230,16 +125,11 @@ class Database:
 
     @property
     def engines(self):
-        """Every engine that runs this database's statements: the
-        transactions' and, but on SQLite, that of ``read_rows``."""
-        if self._sqlite:
-            return [self.engine]
-        return [self.engine, self._autocommit_engine()]
+        """Every engine that runs this database's statements: one."""
+        return [self.engine]
 
     def dispose(self):
         self._facade.dispose_pool()
-        if self._autocommit is not None:
-            self._autocommit.dispose()
 
 
 # SQLAlchemy's names of the MySQL drivers this chooses between; a URL
@@ -276,70 +166,8 @@ def with_mysql_driver(url):
         hide_password=False)
 
 
-def _new_autocommit_engine(options):
-    """An engine of the ``[database]`` options whose connections are in
-    autocommit, with oslo.db's error translation and MySQL SQL mode."""
-    url = sa.engine.make_url(options['connection'])
-    if options.get('connection_parameters'):
-        url = url.update_query_string(options['connection_parameters'],
-                                      append=True)
-    engine = sa.create_engine(
-        url, isolation_level='AUTOCOMMIT', skip_autocommit_rollback=True,
-        pool_size=options.get('max_pool_size') or 5,
-        max_overflow=options.get('max_overflow') or 0,
-        pool_timeout=options.get('pool_timeout') or 30,
-        pool_recycle=options.get('connection_recycle_time') or -1)
-    exc_filters.register_engine(engine)
-    sql_mode = options.get('mysql_sql_mode')
-
-    @sa.event.listens_for(engine, 'connect')
-    def connected(dbapi_connection, record):
-        record.info['pid'] = os.getpid()
-        if sql_mode and engine.dialect.name == 'mysql':
-            cursor = dbapi_connection.cursor()
-            cursor.execute('SET SESSION sql_mode = %s', [sql_mode])
-            cursor.close()
-
-    @sa.event.listens_for(engine, 'checkin')
-    def returned(dbapi_connection, record):
-        record.info['returned'] = time.monotonic()
-
-    @sa.event.listens_for(engine, 'checkout')
-    def usable(dbapi_connection, record, proxy):
-        # A connection inherited through a fork belongs to the parent.
-        if record.info.get('pid') != os.getpid():
-            record.dbapi_connection = proxy.dbapi_connection = None
-            raise sa.exc.DisconnectionError('a connection of another process')
-        # One that rested may have been closed by the server meanwhile (a
-        # restart, its wait_timeout): pinged, and replaced if it was. One
-        # in steady use is not, which spares a round trip per statement.
-        idle = time.monotonic() - record.info.get('returned', 0.0)
-        if idle > PING_AFTER_IDLE:
-            try:
-                engine.dialect.do_ping(dbapi_connection)
-            except engine.dialect.loaded_dbapi.Error as e:
-                if engine.dialect.is_disconnect(e, dbapi_connection, None):
-                    raise sa.exc.DisconnectionError(str(e)) from e
-                raise
-
-    return engine
-
-
-def _roll_back(connection):
-    """End the transaction of a ``write_connection``; a connection that
-    cannot is closed, never pooled with a transaction open."""
-    if connection.invalidated:
-        return
-    try:
-        connection.exec_driver_sql('ROLLBACK')
-    except Exception:
-        connection.invalidate()
-
-
-def _in_transaction(context):
-    # Where enginefacade keeps the context's transaction on this thread.
-    local = getattr(context, '_enginefacade_context', None)
-    return getattr(local, 'current', None) is not None
+# The SQLite engines whose writers begin with ``BEGIN IMMEDIATE``.
+_IMMEDIATE_ENGINES = weakref.WeakSet()
 
 
 def _begin_writers_immediately(engine):
@@ -348,19 +176,29 @@ def _begin_writers_immediately(engine):
     A transaction that reads first and writes later cannot upgrade its
     lock while another writer waits to commit: SQLite answers "database
     is locked" at once instead of waiting. Taking the lock up front makes
-    writers queue (for the busy timeout) instead. This replaces oslo.db's
-    listener, which emits a plain BEGIN for every transaction.
+    writers queue (for the busy timeout) instead.
+
+    Called through enginefacade's ``append_on_engine_create``. oslo.db's
+    own listener sends a plain ``BEGIN`` unless the connection's
+    ``in_transaction`` marker is set, so this one must run first; and
+    SQLAlchemy ignores ``insert=True`` for connection events. Listeners
+    of the Engine class run before those of an engine, so it listens
+    there, once, and acts only on the engines registered here. It
+    begins the transaction and sets the marker, so oslo.db's listener
+    sends nothing, and oslo.db's commit and rollback listeners clear the
+    marker as usual. This is the one place that sends BEGIN as text:
+    oslo.db leaves SQLite's driver out of transactions (isolation_level
+    None), and only SQL text can ask for the IMMEDIATE lock.
     """
-    for listener in list(engine.dispatch.begin):
-        if listener.__name__ == '_sqlite_emit_begin':
-            sa.event.remove(engine, 'begin', listener)
+    _IMMEDIATE_ENGINES.add(engine)
+    if not sa.event.contains(sa.engine.Engine, 'begin', _begin):
+        sa.event.listen(sa.engine.Engine, 'begin', _begin)
 
-    def begin(connection):
-        if 'in_transaction' not in connection.info:
-            immediate = connection.get_execution_options().get(_WRITER)
-            connection.exec_driver_sql('BEGIN IMMEDIATE' if immediate
-                                       else 'BEGIN')
-            # oslo.db's commit and rollback listeners clear it.
-            connection.info['in_transaction'] = True
 
-    sa.event.listen(engine, 'begin', begin)
+def _begin(connection):
+    if (connection.engine in _IMMEDIATE_ENGINES
+            and 'in_transaction' not in connection.info):
+        immediate = connection.get_execution_options().get(_WRITER)
+        connection.exec_driver_sql('BEGIN IMMEDIATE' if immediate
+                                   else 'BEGIN')
+        connection.info['in_transaction'] = True

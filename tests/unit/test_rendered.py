@@ -1,4 +1,4 @@
-"""List bodies rendered once for the rows they came from."""
+"""List bodies rendered once for the inputs they came from."""
 
 import json
 
@@ -6,61 +6,78 @@ from cyborg.api import expose
 from cyborg.api import rendered
 
 
-class Builds:
+class Render:
+    """A list's body of its arguments alone, counting its calls."""
+
     def __init__(self):
         self.count = 0
 
-    def __call__(self, rows):
-        def build():
-            self.count += 1
-            return {'items': [list(r) for r in rows]}
-        return build
+    def __call__(self, rows, url, page=None):
+        self.count += 1
+        return {'items': [list(r) for r in rows], 'url': url, 'page': page}
 
 
-def test_the_same_rows_at_the_same_key_render_once():
-    lists, builds = rendered.RenderedLists(), Builds()
+def test_the_same_inputs_render_once():
+    render = Render()
+    lists = rendered.RenderedLists(render)
     rows = [('a', 1), ('b', 2)]
 
-    first = lists.body('k', rows, builds(rows))
-    again = lists.body('k', list(rows), builds(rows))
+    first = lists.body(rows, 'k', {'limit': 2})
+    again = lists.body(list(rows), 'k', {'limit': 2})
 
-    assert builds.count == 1
+    assert render.count == 1
     assert again is first
     assert isinstance(first, expose.Encoded)
-    assert json.loads(first) == {'items': [['a', 1], ['b', 2]]}
+    assert json.loads(first) == {'items': [['a', 1], ['b', 2]], 'url': 'k',
+                                 'page': {'limit': 2}}
 
 
 def test_changed_rows_are_rendered_anew():
-    lists, builds = rendered.RenderedLists(), Builds()
-    lists.body('k', [('a', 1)], builds([('a', 1)]))
+    render = Render()
+    lists = rendered.RenderedLists(render)
+    lists.body([('a', 1)], 'k')
 
-    changed = lists.body('k', [('a', 2)], builds([('a', 2)]))
+    changed = lists.body([('a', 2)], 'k')
 
-    assert builds.count == 2
-    assert json.loads(changed) == {'items': [['a', 2]]}
+    assert render.count == 2
+    assert json.loads(changed)['items'] == [['a', 2]]
 
 
-def test_another_key_is_another_body():
-    lists, builds = rendered.RenderedLists(), Builds()
+def test_any_changed_input_is_rendered_anew():
+    render = Render()
+    lists = rendered.RenderedLists(render)
     rows = [('a', 1)]
-    lists.body('k1', rows, builds(rows))
-    lists.body('k2', rows, builds(rows))
-    lists.body('k1', rows, builds(rows))
+    lists.body(rows, 'k', {'limit': 1})
 
-    assert builds.count == 2
+    changed = lists.body(rows, 'k', {'limit': 5})
+
+    assert render.count == 2
+    assert json.loads(changed)['page'] == {'limit': 5}
 
 
-def test_only_the_last_keys_are_kept():
-    lists, builds = rendered.RenderedLists(size=2), Builds()
+def test_another_url_is_another_body():
+    render = Render()
+    lists = rendered.RenderedLists(render)
     rows = [('a', 1)]
-    for key in ('k1', 'k2', 'k1', 'k3'):
-        lists.body(key, rows, builds(rows))
+    lists.body(rows, 'k1')
+    lists.body(rows, 'k2')
+    lists.body(rows, 'k1')
+
+    assert render.count == 2
+
+
+def test_only_the_last_urls_are_kept():
+    render = Render()
+    lists = rendered.RenderedLists(render, size=2)
+    rows = [('a', 1)]
+    for url in ('k1', 'k2', 'k1', 'k3'):
+        lists.body(rows, url)
     assert len(lists) == 2
     # k2 was the least recently used: rendered again; k1 was kept.
-    lists.body('k1', rows, builds(rows))
-    assert builds.count == 3
-    lists.body('k2', rows, builds(rows))
-    assert builds.count == 4
+    lists.body(rows, 'k1')
+    assert render.count == 3
+    lists.body(rows, 'k2')
+    assert render.count == 4
 
 
 def test_the_renderer_sends_an_encoded_body_as_it_is():

@@ -17,13 +17,13 @@ import random
 import uuid as uuidlib
 
 from oslo_db import api as oslo_db_api
+from oslo_db import exception as db_exc
 import sqlalchemy as sa
 from sqlalchemy import orm
 
 from cyborg import exception
 from cyborg import states
 from cyborg.db import models
-from cyborg.db import prepared
 from cyborg.db.api import locking
 from cyborg.db.api import pagination
 
@@ -91,7 +91,6 @@ def list_arqs(context, project_id=None, instance_uuid=None, uuids=None,
     if uuids is not None:
         stmt = stmt.where(ARQ.uuid.in_(list(uuids)))
     if not page:
-        # One SELECT: on its own, as ``read_rows`` runs them.
         return [dict(row._mapping) for row in context.db.read_rows(
             context, stmt.order_by(ARQ.id))]
     with context.db.read_connection(context) as connection:
@@ -169,36 +168,53 @@ _INSERT_ARQ = sa.insert(ARQ.__table__)
 
 
 # What a POST needs of a profile, by name: (id, uuid, name, counts).
-# Profiles never change once made (there is no update), so this is read
-# once per worker; each INSERT made from it checks in the same statement
-# that the profile is still there with that id and uuid (a deleted or
-# re-made one is read again). Not where ids are reused: a profile re-made
-# with the uuid its client gave before could come back with its old id.
+# Read once per worker. Other workers' changes cannot reach it, so each
+# INSERT made from it checks in the same statement that the profile is
+# still there with that id and uuid (one deleted, or re-made under the
+# same name, is read again); ids are never reused (AUTOINCREMENT on
+# SQLite), so a re-made profile never matches an old entry. This
+# worker's own writes of a profile drop its entry (``forget_profile``).
 _KNOWN_PROFILES = {}
 _KNOWN_PROFILES_MAX = 256
 
 
+def forget_profile(profile_name):
+    """Drop what ``create_arqs`` knows of a profile: called by every
+    write that changes or removes one, after it commits."""
+    _KNOWN_PROFILES.pop(profile_name, None)
+
+
 def create_arqs(context, profile_name, project_id):
     """One Initial ARQ per unit of every resource of every group, all in
-    one statement; returns them as views."""
+    one statement; returns them as views.
+
+    The INSERT is not sent again on an error: an error that comes after
+    the server committed it (a reply lost with the connection) must not
+    make the ARQs twice, nor report a failure while they exist. So on an
+    error the ARQs are looked for by their new uuids: all there means
+    made, none there means not made (the error is raised).
+    """
     now = models.utcnow()
-    known = (None if context.db.reuses_ids
-             else _KNOWN_PROFILES.get(profile_name))
+    known = _KNOWN_PROFILES.get(profile_name)
     rows = None
-    if known is not None:
-        rows = _new_rows(known, project_id, now)
-        if not context.db.write_prepared(
-                context, _insert_if_profile(len(rows)), _checked(known, rows)):
-            _KNOWN_PROFILES.pop(profile_name, None)
-            rows = None
-    if rows is None:
-        # No transaction: the profile is read, then one INSERT of every
-        # row commits on its own (a profile deleted in between fails it
-        # on the foreign key, as it would inside a transaction).
-        with context.db.autocommit_connection(context) as connection:
-            known = _known_profile(connection, profile_name)
+    try:
+        if known is not None:
             rows = _new_rows(known, project_id, now)
-            connection.execute(_INSERT_ARQ, rows)
+            with context.db.write_connection(context) as connection:
+                made = connection.execute(_insert_if_profile(len(rows)),
+                                          _checked(known, rows)).rowcount
+            if not made:
+                forget_profile(profile_name)
+                rows = None
+        if rows is None:
+            with context.db.write_connection(context) as connection:
+                known = _known_profile(connection, profile_name)
+                rows = _new_rows(known, project_id, now)
+                connection.execute(_INSERT_ARQ, rows)
+    except (db_exc.DBError, sa.exc.DBAPIError):
+        # (SQLite's driver errors at COMMIT reach here untranslated.)
+        if rows is None or not _all_made(context, rows):
+            raise
     return [{'uuid': r['uuid'], 'state': r['state'],
              'device_profile_group_id': r['device_profile_group_id'],
              'hostname': None, 'device_rp_uuid': None,
@@ -208,6 +224,17 @@ def create_arqs(context, profile_name, project_id):
              'attach_handle_uuid': None, 'attach_handle_type': None,
              'attach_handle_info': None}
             for r in rows]
+
+
+def _all_made(context, rows):
+    """Whether every ARQ of ``rows`` (new uuids) exists: the INSERT that
+    failed committed before its error. Partly made cannot be: it was one
+    statement in one transaction."""
+    uuids = [r['uuid'] for r in rows]
+    with context.db.read_connection(context) as connection:
+        found = connection.execute(sa.select(sa.func.count()).where(
+            ARQ.uuid.in_(uuids))).scalar_one()
+    return found == len(uuids)
 
 
 def _known_profile(connection, profile_name):
@@ -273,8 +300,8 @@ def _insert_if_profile(count):
         for i in range(count)]
     source = selects[0] if count == 1 else sa.union_all(*selects)
     # The other columns have server defaults, as the plain INSERT's.
-    return prepared.Prepared(sa.insert(table).from_select(
-        _NEW_ARQ_COLUMNS, source, include_defaults=False))
+    return sa.insert(table).from_select(
+        _NEW_ARQ_COLUMNS, source, include_defaults=False)
 
 
 def _checked(known, rows):
@@ -348,40 +375,6 @@ def _start_binding(session, bindings, project_id, conductor):
             ).values(**values))
         if done.rowcount != 1:
             raise _refusal(session, uuid, project_id, states.BIND)
-
-
-class _Rehearsed(Exception):
-    """Ends ``rehearse_binding``'s transaction: rolled back."""
-
-
-@_retry_on_deadlock
-def rehearse_binding(context):
-    """Bind a made-up ARQ of a made-up profile to a made-up instance, in
-    a transaction that is then rolled back: nothing stays, not even a
-    lock. A worker that does this as it starts has compiled the bind's
-    statements before its first real bind, which would otherwise pay
-    for them (milliseconds). Workers starting together may deadlock on
-    MariaDB as two binds do (see ``locking``): retried as a whole."""
-    made_up = str(uuidlib.uuid4())
-    now = models.utcnow()
-    try:
-        with context.db.writer(context) as session:
-            connection = session.connection()
-            profile_id = connection.execute(
-                sa.insert(Profile.__table__).values(
-                    uuid=made_up, name='rehearsal-' + made_up,
-                    profile_json={'groups': [{'resources:FPGA': '1'}]},
-                    created_at=now)).inserted_primary_key[0]
-            connection.execute(_INSERT_ARQ, [{
-                'uuid': made_up, 'project_id': None,
-                'state': states.INITIAL, 'device_profile_id': profile_id,
-                'device_profile_group_id': 0, 'created_at': now}])
-            _start_binding(session, {made_up: {
-                'hostname': 'rehearsal', 'device_rp_uuid': made_up,
-                'instance_uuid': made_up}}, None, None)
-            raise _Rehearsed()
-    except _Rehearsed:
-        pass
 
 
 def _refuse_earlier_binds(session, bindings, project_id):
@@ -984,7 +977,7 @@ def _delete_unheld(scoped):
         ARQ.attach_handle_id.is_(None))
     if scoped:
         stmt = stmt.where(ARQ.project_id == sa.bindparam('project'))
-    return prepared.Prepared(stmt)
+    return stmt
 
 
 @_retry_on_deadlock
@@ -1007,8 +1000,10 @@ def delete_arqs(context, uuids=None, instance_uuid=None, project_id=None,
         params = {'uuid': uuids[0]}
         if project_id is not None:
             params['project'] = project_id
-        if context.db.write_prepared(
-                context, _delete_unheld(project_id is not None), params):
+        with context.db.write_connection(context) as connection:
+            done = connection.execute(
+                _delete_unheld(project_id is not None), params).rowcount
+        if done:
             return [{'uuid': uuids[0]}], []
     with context.db.write_connection(context) as connection:
         rows = connection.execute(

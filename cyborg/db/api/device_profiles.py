@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from cyborg import exception
 from cyborg.db import models
 from cyborg.db import prepared
+from cyborg.db.api import arqs
 from cyborg.db.api import pagination
 
 DeviceProfile = models.DeviceProfile
@@ -146,6 +147,8 @@ def delete_profiles(context, uuids=(), names=()):
     except db_exc.DBReferenceError as e:
         # An ARQ was made from the profile while we were deleting it.
         raise _in_use([r.name for r in found]) from e
+    for row in found:
+        arqs.forget_profile(row.name)
 
 
 def _refuse_repeats(field, values):

@@ -199,7 +199,7 @@ def test_list_makes_the_same_number_of_queries_for_any_number_of_rows(
 
 
 def test_a_list_follows_every_change_of_its_rows(api):
-    # Bodies are rendered once per set of rows: never one gone stale.
+    # Every list reads the rows as they are now.
     create(api, 'first')
     before = api.get(DP).body
     assert api.get(DP).body == before

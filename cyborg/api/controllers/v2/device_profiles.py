@@ -103,11 +103,21 @@ def _names(value, parameter):
     return names
 
 
+def _list_body(rows, url, page):
+    """The list's body: of ``rows``, ``url`` (base URL, path, query
+    string) and ``page`` (what the query asks, within ``[api]
+    max_limit``) alone."""
+    base, path, query_string = url
+    return collection.listing_at(base, path, query_string,
+                                 'device_profiles', _listed(rows, base),
+                                 page)
+
+
 class DeviceProfilesController(resource.ResourceController):
 
     def __init__(self):
         super().__init__()
-        self._rendered = rendered.RenderedLists()
+        self._rendered = rendered.RenderedLists(_list_body)
 
     @expose.json()
     def get_all(self, **params):
@@ -118,12 +128,9 @@ class DeviceProfilesController(resource.ResourceController):
         name = collection.single(params, 'name')
         names = _names(name, 'name') if name is not None else None
         rows = db.listed_profiles(request.context, names=names, **page)
-        base = views.base_url(request)
-        # The list and its next link: the rows, the base and the query.
-        return self._rendered.body(
-            (base, request.path_info, request.query_string), rows,
-            lambda: collection.listing(request, 'device_profiles',
-                                       _listed(rows, base), page))
+        url = (views.base_url(request), request.path_info,
+               request.query_string)
+        return self._rendered.body(rows, url, page)
 
     @expose.json()
     def get_one(self, key, **params):
