@@ -304,7 +304,7 @@ def _form_post(body):
     return environ
 
 
-@pytest.mark.parametrize('name', ['text', 'json', 'POST', 'params'])
+@pytest.mark.parametrize('name', ['text', 'POST', 'params'])
 def test_an_undecodable_body_is_a_400_as_with_pecans_request(name):
     from webob import exc as webob_exc
 
@@ -322,8 +322,19 @@ def test_an_undecodable_body_is_a_400_as_with_pecans_request(name):
         else:
             answers.append('read')
     assert answers[0] == answers[1]
-    if name in ('text', 'json'):
+    if name == 'text':
         assert answers[0] == 400
+
+
+@pytest.mark.parametrize('name', ['json', 'json_body'])
+def test_pecan_is_given_no_json_body(name):
+    # Controllers parse their bodies after the policy check; pecan takes
+    # the ValueError as "not JSON" and reads no arguments from the body.
+    from cyborg.api import request as api_request
+    request = api_request.Request(_form_post(b'{"a": 1}'))
+    request.content_type = 'application/json'
+    with pytest.raises(ValueError):
+        getattr(request, name)
 
 
 def test_the_request_class_reads_as_webobs():
