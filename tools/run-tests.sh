@@ -30,4 +30,5 @@ echo "==> cyborg-tempest-plugin API tests, legacy then new policy defaults (real
 CYBORG_VENV="$VENV" POLICY_MODE=${POLICY_MODE:-both} tools/tempest/run.sh
 
 echo "==> pytest"
-"$VENV/bin/pytest" -q -n "${CYBORG_TEST_WORKERS:-2}" tests "$@"
+# The 20 slowest tests at the end: where the suite's time goes.
+"$VENV/bin/pytest" -q -n "${CYBORG_TEST_WORKERS:-2}" --durations=20 tests "$@"
