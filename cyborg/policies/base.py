@@ -29,16 +29,26 @@ DEPRECATED_REASON = (
     'project scope.')
 DEPRECATED_SINCE = '2026.2'
 
+# Project managers read the inventory of every host until 2027.1; their
+# rule stays as the deprecated default of those reads.
+INVENTORY_DEPRECATED_REASON = (
+    'The inventory of every host (devices, deployables, attributes) shows '
+    'the hardware, hosts and health of the whole cloud, which is no '
+    'business of any one project: it is now for admins.')
+INVENTORY_DEPRECATED_SINCE = '2027.1'
 
-def rule(name, check_str, description, operations, legacy):
+
+def rule(name, check_str, description, operations, legacy,
+         deprecated_reason=DEPRECATED_REASON,
+         deprecated_since=DEPRECATED_SINCE):
     """A project-scoped rule whose legacy default is ``legacy``; one whose
     default did not change has no deprecated rule."""
     deprecated = None
     if legacy != check_str:
         deprecated = policy.DeprecatedRule(
             name=name, check_str=legacy,
-            deprecated_reason=DEPRECATED_REASON,
-            deprecated_since=DEPRECATED_SINCE)
+            deprecated_reason=deprecated_reason,
+            deprecated_since=deprecated_since)
     return policy.DocumentedRuleDefault(
         name=name,
         check_str=check_str,
@@ -46,3 +56,12 @@ def rule(name, check_str, description, operations, legacy):
         operations=[{'method': m, 'path': p} for m, p in operations],
         scope_types=['project'],
         deprecated_rule=deprecated)
+
+
+def inventory_read(name, description, operations):
+    """A read of the inventory of every host: for admins; under the legacy
+    defaults a manager of any project still reads it, as before."""
+    return rule(name, ADMIN, description, operations,
+                PROJECT_MANAGER_OR_ADMIN,
+                deprecated_reason=INVENTORY_DEPRECATED_REASON,
+                deprecated_since=INVENTORY_DEPRECATED_SINCE)

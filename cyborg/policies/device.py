@@ -6,10 +6,10 @@ PATH = '/v2/devices'
 ITEM = PATH + '/{device_uuid}'
 
 rules = [
-    base.rule('cyborg:device:get_all', base.PROJECT_MANAGER_OR_ADMIN,
-              'List devices.', [('GET', PATH)], base.LEGACY_ADMIN),
-    base.rule('cyborg:device:get_one', base.PROJECT_MANAGER_OR_ADMIN,
-              'Show a device.', [('GET', ITEM)], base.LEGACY_ADMIN),
+    base.inventory_read('cyborg:device:get_all', 'List devices.',
+                        [('GET', PATH)]),
+    base.inventory_read('cyborg:device:get_one', 'Show a device.',
+                        [('GET', ITEM)]),
     base.rule('cyborg:device:get_usage', base.ADMIN,
               'See the usage figures of devices (from microversion 2.5, '
               'in device and deployable views): they describe the '

@@ -62,12 +62,13 @@ CONTRACT = {
     'cyborg:arq:delete': MEMBERS_OR_SERVICE,
     # Ours: who sees every project's ARQs (and may set /project_id).
     'cyborg:arq:all_projects': ADMINS,
-    'cyborg:device:get_all': MANAGERS,
-    'cyborg:device:get_one': MANAGERS,
-    'cyborg:deployable:get_all': MANAGERS,
-    'cyborg:deployable:get_one': MANAGERS,
-    'cyborg:attribute:get_all': MANAGERS,
-    'cyborg:attribute:get_one': MANAGERS,
+    # Ours: the inventory of every host is no project's business.
+    'cyborg:device:get_all': ADMINS,
+    'cyborg:device:get_one': ADMINS,
+    'cyborg:deployable:get_all': ADMINS,
+    'cyborg:deployable:get_one': ADMINS,
+    'cyborg:attribute:get_all': ADMINS,
+    'cyborg:attribute:get_one': ADMINS,
     'cyborg:device:disable': ADMINS,
     'cyborg:device:enable': ADMINS,
     'cyborg:device:health_override': ADMINS,
@@ -81,8 +82,9 @@ CONTRACT = {
 
 # Before the new defaults, device profile and ARQ reads and ARQ writes
 # were open to any authenticated caller (ARQs stay within the caller's
-# project) and the rest needed the admin role: the inventory of every
-# host (devices, deployables, attributes) is not for any project's users.
+# project) and the rest needed the admin role, except the inventory of
+# every host (devices, deployables, attributes): project managers read it
+# too, and still do under the legacy defaults.
 LEGACY_OPEN = {
     'cyborg:device_profile:get_all', 'cyborg:device_profile:get_one',
     'cyborg:arq:get_all', 'cyborg:arq:get_one', 'cyborg:arq:create',
@@ -96,7 +98,9 @@ INVENTORY_READS = {
 
 
 def legacy_allowed(rule):
-    return set(CALLERS) if rule in LEGACY_OPEN else CONTRACT[rule]
+    if rule in LEGACY_OPEN:
+        return set(CALLERS)
+    return MANAGERS if rule in INVENTORY_READS else CONTRACT[rule]
 
 
 @pytest.fixture
@@ -201,7 +205,8 @@ def test_scenarios_named_in_the_contract(make_enforcer):
 
     for resource in ('device', 'deployable', 'attribute'):
         rule = 'cyborg:%s:get_all' % resource
-        assert is_allowed(enforcer, manager, rule)
+        assert is_allowed(enforcer, admin, rule)
+        assert not is_allowed(enforcer, manager, rule)
         assert not is_allowed(enforcer, member, rule)
 
 
@@ -215,20 +220,24 @@ def test_legacy_defaults_still_allow_what_they_allowed(make_enforcer):
 
 
 @pytest.mark.parametrize('rule', sorted(INVENTORY_READS))
-def test_legacy_inventory_reads_are_for_admins(make_enforcer, rule):
+def test_inventory_reads_keep_managers_only_under_legacy(make_enforcer,
+                                                         rule):
     legacy = make_enforcer(enforce_new_defaults=False)
     new = make_enforcer()
     defaults, = [r for r in policies.list_rules() if r.name == rule]
 
-    # The legacy default adds no one to the new one's project managers
-    # and admins: no reader or member of any project.
     assert {name for name in CALLERS
-            if is_allowed(legacy, caller(name), rule)} == CONTRACT[rule]
+            if is_allowed(new, caller(name), rule)} == ADMINS
+    # The deprecated default is the one before: managers of any project
+    # and admins; no reader or member of any project.
     assert {name for name in CALLERS
-            if is_allowed(new, caller(name), rule)} == CONTRACT[rule]
-    assert defaults.deprecated_rule.check_str == 'role:admin'
-    assert defaults.check_str == (
+            if is_allowed(legacy, caller(name), rule)} == MANAGERS
+    assert defaults.check_str == 'role:admin'
+    deprecated = defaults.deprecated_rule
+    assert deprecated.check_str == (
         '(role:manager and project_id:%(project_id)s) or role:admin')
+    assert deprecated.deprecated_since == '2027.1'
+    assert 'admins' in deprecated.deprecated_reason
 
 
 def test_default_target_is_the_callers_project(make_enforcer):

@@ -177,6 +177,14 @@ if [ ! -x "$CYBORG_VENV/bin/cyborg-api" ] || [ ! -x "$CYBORG_VENV/bin/cyborg-dbs
 fi
 # Run this checkout's code even if the venv was installed from another clone.
 export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
+# As the services will import it (from /, not from the caller's directory):
+# a run that tested another tree's code would prove nothing.
+CYBORG_SRC=$(cd / && "$CYBORG_VENV/bin/python" -c \
+  'import cyborg, os; print(os.path.dirname(os.path.dirname(os.path.realpath(cyborg.__file__))))')
+if [ "$CYBORG_SRC" != "$(realpath "$REPO")" ]; then
+  echo "$CYBORG_VENV imports cyborg from $CYBORG_SRC, not from $REPO" >&2
+  exit 2
+fi
 
 # --- Placement: the service's venv when it has it (a test dependency) ---
 has_placement() {
@@ -366,7 +374,8 @@ fi
 log "wall time so far $(( $(date +%s) - START ))s; logs: $CYBORG_DIR/cyborg-*.log, $WORKSPACE/logs/tempest.log"
 SUMMARY=$WORKSPACE/summary.txt
 verdict=0
-"$TEMPEST_VENV/bin/python" "$HERE/summarize.py" <"$WORKSPACE/results.subunit" \
+"$TEMPEST_VENV/bin/python" "$HERE/summarize.py" --policy-mode "$POLICY_MODE" \
+  <"$WORKSPACE/results.subunit" \
   >"$SUMMARY" || verdict=$?
 head -n -1 "$SUMMARY"
 # The counts line, for POLICY_MODE=both to print both modes at the end.

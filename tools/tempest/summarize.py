@@ -1,28 +1,59 @@
 """Summarise a tempest subunit stream and judge it against our deviations.
 
-Usage: stestr last --subunit | python summarize.py
-Exit 0 only if every selected test passed, except the deliberate deviations,
-which must fail with the status our service answers by design.
+Usage: stestr last --subunit | python summarize.py --policy-mode new|legacy
+Exit 0 only if every selected test passed, except the deliberate deviations
+of the service's policy mode, which must fail with the exception our
+service answers by design. In the other mode such a test must pass.
 """
 
+import argparse
 import re
 import sys
 
 import subunit
 import testtools
 
+BOTH = ('legacy', 'new')
 # The plugin pins upstream's 500 (ServerFault) on bad input; the contract
-# answers 4xx. Each counts as expected only if it failed with that 4xx.
+# answers 4xx.
+PINS_500 = 'the plugin pins upstream 500; we answer %s by design'
+# Under the new defaults the inventory of every host is for admins; the
+# plugin reads it as a project manager there (as admin under the legacy
+# defaults, where a manager may still read it).
+MANAGER_READS = ('the plugin reads the inventory as a project manager; '
+                 'the new defaults keep it for admins')
+
+# Class.method: (exception it must fail with, policy modes, why).
 EXPECTED_DEVIATIONS = {
-    'test_create_device_profile_name_is_null': 'BadRequest',     # 400
-    'test_create_device_profile_name_to_long': 'BadRequest',     # 400
-    'test_create_device_profile_server_fault': 'Conflict',       # 409
+    'DeviceProfileNegativeTest.test_create_device_profile_name_is_null':
+        ('BadRequest', BOTH, PINS_500 % 400),
+    'DeviceProfileNegativeTest.test_create_device_profile_name_to_long':
+        ('BadRequest', BOTH, PINS_500 % 400),
+    'DeviceProfileNegativeTest.test_create_device_profile_server_fault':
+        ('Conflict', BOTH, PINS_500 % '409 to a duplicate uuid'),
 }
+for _test in (
+        'TestDevice.test_list_get_device',
+        'TestDevice.test_list_devices_filter_by_type',
+        'TestDevice.test_list_devices_filter_by_non_exist_type',
+        'TestDevice.test_list_devices_filter_by_vendor',
+        'TestDevice.test_list_devices_filter_by_non_exist_vendor',
+        'TestDevice.test_list_devices_filter_by_hostname',
+        'TestDevice.test_list_devices_filter_by_non_exist_hostname',
+        'TestDevice.test_list_devices_filter_by_combine_args',
+        'DeviceNegativeTest.test_get_non_existent_device',
+        'TestDeployables.test_list_deployables',
+        'DeployableNegativeTest.test_get_non_existent_deployable',
+        'TestAttributes.test_list_attributes',
+        'TestAttributes.test_get_attribute',
+        'AttributeNegativeTest.test_get_non_existent_attribute'):
+    EXPECTED_DEVIATIONS[_test] = ('Forbidden', ('new',), MANAGER_READS)
 
 
 def short_name(test_id):
-    """Method name without tempest's ``[id-...,tags]`` suffix."""
-    return re.sub(r'\[.*\]$', '', test_id).rsplit('.', 1)[-1]
+    """Class and method, without the module and tempest's ``[id-...,tags]``
+    suffix."""
+    return '.'.join(re.sub(r'\[.*\]$', '', test_id).split('.')[-2:])
 
 
 def details_text(test):
@@ -35,9 +66,18 @@ def details_text(test):
     return '\n'.join(parts)
 
 
-def main():
+def expected_deviation(test_id, mode):
+    """(exception, reason) that the test must fail with in ``mode``, or
+    None where it must pass."""
+    deviation = EXPECTED_DEVIATIONS.get(short_name(test_id))
+    if deviation is None or mode not in deviation[1]:
+        return None
+    return deviation[0], deviation[2]
+
+
+def read_tests(stream_in):
     tests = []
-    stream = subunit.ByteStreamToStreamResult(sys.stdin.buffer,
+    stream = subunit.ByteStreamToStreamResult(stream_in,
                                               non_subunit_name='stdout')
     result = testtools.StreamToDict(tests.append)
     result.startTestRun()
@@ -45,6 +85,16 @@ def main():
         stream.run(result)
     finally:
         result.stopTestRun()
+    return tests
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--policy-mode', required=True, choices=BOTH,
+                        help="the service's [oslo_policy] defaults: the "
+                             "deviations expected depend on them")
+    mode = parser.parse_args(argv).policy_mode
+    tests = read_tests(sys.stdin.buffer)
 
     passed, skipped, failed = [], [], []
     deviations, problems = [], []
@@ -58,27 +108,28 @@ def main():
             failed.append(name)
         # 'exists'/'inprogress' are listing or unfinished records: ignore.
 
-        expected = EXPECTED_DEVIATIONS.get(short_name(name))
+        expected = expected_deviation(name, mode)
         if expected is None:
             continue
+        exception, reason = expected
         if status != 'fail':
             problems.append('%s was expected to fail with %s but was %s'
-                            % (name, expected, status))
-        elif 'exceptions.%s' % expected not in details_text(test):
-            problems.append('%s failed, but not with %s' % (name, expected))
+                            % (name, exception, status))
+        elif 'exceptions.%s' % exception not in details_text(test):
+            problems.append('%s failed, but not with %s' % (name, exception))
         else:
-            deviations.append(name)
+            deviations.append((name, reason))
 
+    deviated = {name for name, _ in deviations}
     for name in failed:
-        if name in deviations:
+        if name in deviated:
             continue
         text = details_text(next(t for t in tests if t['id'] == name))
         # The exception and the response body close the traceback.
         print('FAILED %s\n    %s' % (
             name, '\n    '.join(text.strip().splitlines()[-3:])))
-    for name in deviations:
-        print('expected deviation (4xx by design, plugin pins 500): %s'
-              % name)
+    for name, reason in deviations:
+        print('expected deviation (%s): %s' % (reason, name))
     for name in skipped:
         print('skipped %s' % name)
 

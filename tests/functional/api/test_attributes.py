@@ -213,7 +213,7 @@ def test_delete(api, db, deployables):
 
 @pytest.mark.parametrize('headers,reads,writes', [
     (READER, False, False), (MEMBER, False, False),
-    (MANAGER, True, False), (ADMIN, True, True)])
+    (MANAGER, False, False), (ADMIN, True, True)])
 def test_who_may_read_create_and_delete(api, db, deployables, headers,
                                         reads, writes):
     host1 = deployables['host1']

@@ -222,9 +222,8 @@ def test_health_of_the_device_is_shown_from_2_5_only(api, db, stored):
 
 
 @pytest.mark.parametrize('headers,allowed', [
-    (READER, False), (MEMBER, False), (MANAGER, True), (ADMIN, True)])
-def test_reading_needs_a_project_manager_or_admin(api, stored, headers,
-                                                  allowed):
+    (READER, False), (MEMBER, False), (MANAGER, False), (ADMIN, True)])
+def test_reading_needs_an_admin(api, stored, headers, allowed):
     fake = stored['fake'].deployables['FakeDevice'].uuid
     listing = api.get(DEPLOYABLES, headers=headers, expect_errors=True)
     one = api.get(DEPLOYABLES + '/' + fake, headers=headers,

@@ -9,8 +9,10 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
+import webtest
 
 from cyborg import exception
+from cyborg.api import app as api_app
 from cyborg.db import models
 from cyborg.db.api import health_override
 from tests import inventory_rows
@@ -117,9 +119,14 @@ def test_health_and_usage_as_the_conductor_stored_them(api, db, hosts):
                    headers=V25).json == nvidia
 
 
-def test_usage_is_for_admins_only(api, db, hosts):
-    # Usage describes the workloads of the projects using the devices;
-    # a project manager reads the inventory, not their figures.
+@pytest.mark.filterwarnings(
+    'ignore:Policy .* was deprecated in .* in favor of:UserWarning')
+def test_usage_is_for_admins_only(conf, db, hosts):
+    # Usage describes the workloads of the projects using the devices.
+    # Under the legacy defaults a project manager still reads the
+    # inventory, but not their figures.
+    conf.set_override('enforce_new_defaults', False, group='oslo_policy')
+    api = webtest.TestApp(api_app.build_app(conf, db))
     inventory_rows.record_usage(db.engine, 'host1', {
         '0000:3b:00.0': {'temperature_c': 61, 'observed_at': OBSERVED}})
     one = DEVICES + '/' + hosts['nvidia']

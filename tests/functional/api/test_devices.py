@@ -207,9 +207,8 @@ def test_list_makes_the_same_number_of_queries_for_any_number_of_rows(
 
 
 @pytest.mark.parametrize('headers,allowed', [
-    (READER, False), (MEMBER, False), (MANAGER, True), (ADMIN, True)])
-def test_reading_needs_a_project_manager_or_admin(api, hosts, headers,
-                                                  allowed):
+    (READER, False), (MEMBER, False), (MANAGER, False), (ADMIN, True)])
+def test_reading_needs_an_admin(api, hosts, headers, allowed):
     listing = api.get(DEVICES, headers=headers, expect_errors=True)
     one = api.get(DEVICES + '/' + hosts['fpga'], headers=headers,
                   expect_errors=True)
