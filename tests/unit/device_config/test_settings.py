@@ -10,9 +10,10 @@ from cyborg.device_config import selection
 
 
 def device(**facts):
-    values = dict(id=1, uuid='d1', hostname='compute-1', vendor_id='8086',
-                  product_id='1572', drivers=frozenset({'intel_nic_driver'}),
-                  pci_address='0000:3b:00.0')
+    values = {'id': 1, 'uuid': 'd1', 'hostname': 'compute-1',
+              'vendor_id': '8086', 'product_id': '1572',
+              'drivers': frozenset({'intel_nic_driver'}),
+              'pci_address': '0000:3b:00.0'}
     values.update(facts)
     return selection.DeviceFacts(**values)
 
