@@ -22,8 +22,8 @@ KINDS = (SRIOV_VFS, DRIVER_BINDING, VGPU_TYPE, FPGA_BASE_IMAGE, MIG_LAYOUT,
 # The drivers a function may be bound to: vfio-pci for passthrough, or
 # "own" for the driver the kernel would pick for the device.
 DRIVERS = ('vfio-pci', 'own')
-# The kernel allows at most 2048 VFs per PF (PCIe's TotalVFs is 16 bits,
-# but no device reports more).
+# Far above what PFs offer (256 for the largest NICs known), so that a
+# typo is caught where the device's sriov_totalvfs is not known yet.
 MAX_VFS = 2048
 # An mdev type's directory name: its parent driver, a dash, its name
 # (``nvidia-35``, ``i915-GVTg_V5_4``).
@@ -92,10 +92,11 @@ def _vgpu_type(settings):
 def _fpga_base_image(settings):
     _fields(FPGA_BASE_IMAGE, settings, ('bitstream_uuid',))
     value = settings['bitstream_uuid']
-    if not isinstance(value, str) or not UUID.match(value.lower()):
+    # The API turns the other forms of a uuid into this one.
+    if not isinstance(value, str) or not UUID.match(value):
         raise _invalid('bitstream_uuid must be the uuid of a bitstream '
                        'image, not %s.' % _shown(value))
-    return {'bitstream_uuid': value.lower()}
+    return {'bitstream_uuid': value}
 
 
 def _mig_layout(settings):

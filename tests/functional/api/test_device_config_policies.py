@@ -195,6 +195,16 @@ def test_hosts_and_addresses_narrow_the_selection(api, devices):
     assert by_address['devices'] == {'pci_addresses': [NIC_ADDRESS]}
 
 
+def test_a_bitstream_uuid_in_any_form_is_stored_in_one(api):
+    made = api.post_json(POLICIES, policy(
+        'base', kind='fpga_base_image', devices={'vendor_id': '8086'},
+        settings={'bitstream_uuid':
+                  'urn:uuid:0B2C5E1F3A4D4B6C8D0E1F2A3B4C5D6E'}),
+        headers=ADMIN, status=201).json
+    assert made['settings'] == {
+        'bitstream_uuid': '0b2c5e1f-3a4d-4b6c-8d0e-1f2a3b4c5d6e'}
+
+
 def test_list_is_by_priority(api, devices):
     for name, priority in (('low', 1), ('high', 9), ('mid', 5)):
         api.post_json(POLICIES, policy(name, priority=priority,

@@ -24,7 +24,7 @@ def device(**facts):
     ('vgpu_type', {'mdev_type': 'i915-GVTg_V5_4'},
      {'mdev_type': 'i915-GVTg_V5_4'}),
     ('fpga_base_image',
-     {'bitstream_uuid': '0B2C5E1F-3A4D-4B6C-8D0E-1F2A3B4C5D6E'},
+     {'bitstream_uuid': '0b2c5e1f-3a4d-4b6c-8d0e-1f2a3b4c5d6e'},
      {'bitstream_uuid': '0b2c5e1f-3a4d-4b6c-8d0e-1f2a3b4c5d6e'}),
     ('mig_layout', {'mig_enabled': True,
                     'mig_devices': {'1g.10gb': 7, '3g.40gb': 0}},
@@ -43,6 +43,9 @@ def test_settings_as_stored(kind, given, stored):
     ('sriov_vfs', {'num_vfs': 1.5}),
     ('sriov_vfs', [8]),
     ('vgpu_type', {'mdev_type': 'nvidia'}),
+    # The API gives the stored form only.
+    ('fpga_base_image',
+     {'bitstream_uuid': '0B2C5E1F-3A4D-4B6C-8D0E-1F2A3B4C5D6E'}),
     ('vgpu_type', {'mdev_type': 'nvidia-35\n'}),
     ('mig_layout', {'mig_enabled': True, 'mig_devices': [['1g.10gb', 7]]}),
     ('mig_layout', {'mig_enabled': True, 'mig_devices': {'1g.10gb': 1.0}}),

@@ -76,6 +76,16 @@ def _shown(value):
             else request_body.json_type(value))
 
 
+def _settings(kind, settings):
+    """``settings`` of ``kind`` as stored; a bitstream's uuid may come in
+    any form the API reads a uuid in."""
+    if (kind == kinds.FPGA_BASE_IMAGE and isinstance(settings, dict)
+            and uuids.canonical(settings.get('bitstream_uuid'))):
+        settings = dict(settings, bitstream_uuid=uuids.canonical(
+            settings['bitstream_uuid']))
+    return kinds.check(kind, settings)
+
+
 def new_policy(body):
     """The stored values of the policy a POST body asks for."""
     body = _object(body, FIELDS)
@@ -94,7 +104,7 @@ def new_policy(body):
         'host_selector': selection.check_hosts(body.get('hosts', ['*'])),
         'device_selector': selection.check_devices(body['devices']),
         'kind': kinds.check_kind(body['kind']),
-        'settings': kinds.check(body['kind'], body['settings']),
+        'settings': _settings(body['kind'], body['settings']),
         'restore_on_delete': restore,
     }
 
@@ -108,7 +118,7 @@ def changed_fields(body, kind):
                        % ', '.join(PATCHABLE))
     checks = {'priority': _priority, 'hosts': selection.check_hosts,
               'devices': selection.check_devices,
-              'settings': lambda value: kinds.check(kind, value)}
+              'settings': lambda value: _settings(kind, value)}
     return {PATCHABLE[field]: checks[field](value)
             for field, value in body.items()}
 
