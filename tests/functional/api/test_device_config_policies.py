@@ -259,8 +259,11 @@ def test_list_is_by_priority(api, devices):
     (policy(devices={'serial': 'x'}), 'devices has no field serial'),
     (policy(hosts=[]), 'hosts must be an array of 1 to 256'),
     (policy(hosts=['compute 1']), "'compute 1' is not a host name"),
-    (policy(priority=-1), 'priority must be a whole number from 0 to 1000'),
-    (policy(priority='high'), 'priority must be a whole number'),
+    (policy(priority=-1),
+     'priority must be a whole number from 0 to 1000, not -1.'),
+    (policy(priority='high'), "priority must be a whole number from 0 to "
+     "1000, not 'high'."),
+    (policy(priority=1.5), 'not 1.5.'),
     (policy(name='a/b'), "name must be 1 to 255 letters"),
     (policy(restore_on_delete='yes'), 'restore_on_delete must be true or '
      'false'),

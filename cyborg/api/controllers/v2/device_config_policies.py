@@ -72,8 +72,11 @@ def _priority(value):
 
 
 def _shown(value):
-    return (repr(value)[:80] if isinstance(value, str)
-            else request_body.json_type(value))
+    if isinstance(value, str):
+        return repr(value)[:80]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)[:80]
+    return request_body.json_type(value)
 
 
 def _settings(kind, settings):
