@@ -507,3 +507,21 @@ def test_a_removed_device_takes_its_status_along(api, db, devices):
             models.Device.id == device_id))
 
     assert set(status_of(api, made['uuid'])) == {devices['nic-1']}
+
+
+def test_a_device_found_later_is_selected_when_the_policy_changes(api, db,
+                                                                  devices):
+    made = api.post_json(POLICIES, policy(), headers=ADMIN).json
+    [later] = inventory_rows.add_host(db.engine, 'compute-3', [_device(
+        'NIC', '8086', '1572', NIC_ADDRESS, 'intel_nic_driver',
+        sriov_totalvfs='8')])
+    item = '%s/%s' % (POLICIES, made['uuid'])
+    assert later.uuid not in status_of(api, made['uuid'])
+
+    # Held against it too: 8 VFs fit, 9 would not.
+    api.patch_json(item, {'settings': {'num_vfs': 9}}, headers=ADMIN,
+                   status=400)
+    api.patch_json(item, {'priority': 1}, headers=ADMIN, status=200)
+
+    assert set(status_of(api, made['uuid'])) == {
+        devices['nic-1'], devices['nic-2'], later.uuid}
