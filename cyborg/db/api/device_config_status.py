@@ -22,7 +22,6 @@ from cyborg.objects import inventory
 PENDING = config_status.PENDING
 
 status = models.DeviceConfigStatus.__table__
-policies = models.DeviceConfigPolicy.__table__
 _devices = models.Device.__table__
 _controlpaths = models.ControlPathID.__table__
 _deployables = models.Deployable.__table__
