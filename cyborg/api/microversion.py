@@ -21,6 +21,9 @@ VERSIONS = [
     ('2.4', 'GET /v2/services lists conductors and agents (admins).'),
     ('2.5', 'Devices and deployables show health, quarantine and usage; '
             'devices filter by health; admins override the quarantine.'),
+    ('2.6', 'Admins manage device configuration policies '
+            '(/v2/device_config_policies) and read the configuration '
+            'status of the devices each selects.'),
 ]
 
 _NUMBER = re.compile(r'^([1-9]\d*|0)\.([1-9]\d*|0)$')

@@ -326,3 +326,71 @@ class HostSyncState(TimestampMixin, Base):
     synced_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
         sa.DateTime)
     last_error: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+
+
+class DeviceConfigPolicy(TimestampMixin, Base):
+    """An operator's wanted configuration of the devices it selects.
+
+    A policy selects devices by host (names or fnmatch patterns; ``*``
+    is every host) and by what the device is (``device_selector``:
+    driver, vendor and product ids, PCI addresses). Its ``settings`` are
+    of one ``kind`` (``cyborg.device_config.kinds``). Where two policies
+    select one device, the higher ``priority`` wins.
+    """
+
+    __tablename__ = 'device_config_policies'
+    # Ids are never reused: a status row names its policy by id.
+    __table_args__ = ({'sqlite_autoincrement': True},)
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
+    uuid: orm.Mapped[str] = _uuid_column()
+    name: orm.Mapped[str] = orm.mapped_column(sa.String(255), nullable=False,
+                                              unique=True)
+    priority: orm.Mapped[int] = orm.mapped_column(nullable=False)
+    # ["compute-1", "gpu-*"]: names or fnmatch patterns.
+    host_selector: orm.Mapped[list] = orm.mapped_column(JSONText,
+                                                        nullable=False)
+    # {"driver": ..., "vendor_id": ..., "product_id": ...,
+    #  "pci_addresses": [...]}: each key optional, all must match.
+    device_selector: orm.Mapped[dict] = orm.mapped_column(JSONText,
+                                                          nullable=False)
+    kind: orm.Mapped[str] = orm.mapped_column(sa.String(32), nullable=False)
+    settings: orm.Mapped[dict] = orm.mapped_column(JSONText, nullable=False)
+    # Whether deleting the policy puts its devices back as discovered;
+    # otherwise they keep what was applied.
+    restore_on_delete: orm.Mapped[bool] = orm.mapped_column(
+        sa.Boolean, nullable=False, default=False,
+        server_default=sa.false())
+
+
+class DeviceConfigStatus(TimestampMixin, Base):
+    """Where one device stands with the policy that wins it.
+
+    One row per selected device: the winning policy's settings as wanted,
+    what the host last applied, and the state of the change. The row goes
+    with its device or its policy.
+    """
+
+    __tablename__ = 'device_config_status'
+    __table_args__ = (
+        sa.UniqueConstraint('device_id'),
+        sa.Index('ix_device_config_status_policy_id', 'policy_id'),
+    )
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
+    # CASCADE: a device the conductor removes takes its status along,
+    # rather than the removal failing on it.
+    device_id: orm.Mapped[int] = orm.mapped_column(
+        sa.ForeignKey('devices.id', ondelete='CASCADE'), nullable=False)
+    policy_id: orm.Mapped[int] = orm.mapped_column(
+        sa.ForeignKey('device_config_policies.id', ondelete='CASCADE'),
+        nullable=False)
+    wanted_settings: orm.Mapped[dict] = orm.mapped_column(JSONText,
+                                                          nullable=False)
+    applied_settings: orm.Mapped[dict | None] = orm.mapped_column(JSONText)
+    # pending | draining | applying | applied | failed
+    state: orm.Mapped[str] = orm.mapped_column(
+        sa.String(16), nullable=False, default='pending',
+        server_default='pending')
+    failed_task: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    message: orm.Mapped[str | None] = orm.mapped_column(sa.Text)

@@ -29,6 +29,10 @@ ARQ_DELETE = 'accelerator_request.delete'
 DEVICE_ENABLE = 'device.enable'
 DEVICE_DISABLE = 'device.disable'
 DEVICE_HEALTH_CHANGE = 'device.health_change'
+CONFIG_POLICY_CREATE = 'device_config_policy.create'
+CONFIG_POLICY_UPDATE = 'device_config_policy.update'
+CONFIG_POLICY_DELETE = 'device_config_policy.delete'
+CONFIG_STATUS_CHANGE = 'device_config_status.change'
 
 # Every event type: its payload kind and priority (the health change's
 # is WARN when the device got worse).
@@ -44,6 +48,14 @@ EVENTS = {
     DEVICE_ENABLE: (payloads.DevicePayload, notifier_module.INFO),
     DEVICE_DISABLE: (payloads.DevicePayload, notifier_module.INFO),
     DEVICE_HEALTH_CHANGE: (payloads.DeviceHealthChangePayload,
+                           notifier_module.INFO),
+    CONFIG_POLICY_CREATE: (payloads.DeviceConfigPolicyPayload,
+                           notifier_module.INFO),
+    CONFIG_POLICY_UPDATE: (payloads.DeviceConfigPolicyPayload,
+                           notifier_module.INFO),
+    CONFIG_POLICY_DELETE: (payloads.DeviceConfigPolicyPayload,
+                           notifier_module.INFO),
+    CONFIG_STATUS_CHANGE: (payloads.DeviceConfigStatusPayload,
                            notifier_module.INFO),
 }
 
@@ -136,3 +148,27 @@ def devices_health_changed(notifier, context, changes):
     ``changes``; a change that cannot be sent does not stop the others."""
     for change in changes:
         device_health_changed(notifier, context, *change)
+
+
+# -- device configuration ----------------------------------------------
+
+@_best_effort
+def config_policy_changed(notifier, context, event_type, policy):
+    """``policy`` (a row of ``device_config_policies``) was created,
+    updated or deleted (``event_type``: one of CONFIG_POLICY_*)."""
+    _send(notifier, context, event_type, policy,
+          hosts=payloads.value_of(policy, 'host_selector'),
+          devices=payloads.value_of(policy, 'device_selector'))
+
+
+def config_status_changed(notifier, context, changes):
+    """One ``device_config_status.change`` per status row made, changed or
+    removed (``device_config_status.Change``); a change that cannot be
+    sent does not stop the others."""
+    for change in changes:
+        _config_status_changed(notifier, context, change)
+
+
+@_best_effort
+def _config_status_changed(notifier, context, change):
+    _send(notifier, context, CONFIG_STATUS_CHANGE, change)

@@ -24,6 +24,8 @@ import typing
 
 from cyborg import states
 from cyborg.accelerator.drivers import health
+from cyborg.device_config import kinds
+from cyborg.device_config import status as config_status
 
 NAMESPACE = 'cyborg'
 PREFIX = 'cyborg_object.'
@@ -31,7 +33,8 @@ SCHEMA_DIALECT = 'https://json-schema.org/draft/2020-12/schema'
 SCHEMA_DIR = pathlib.Path(__file__).parent / 'schemas'
 DEVICE_STATUSES = ('enabled', 'maintaining')
 
-_JSON_TYPES = {str: 'string', int: 'integer', bool: 'boolean'}
+_JSON_TYPES = {str: 'string', int: 'integer', bool: 'boolean',
+               dict: 'object', list: 'array'}
 
 
 def _field(doc, *, enum=None, uuid=False):
@@ -152,8 +155,50 @@ class DeviceHealthChangePayload(DevicePayload):
                                 'observed it.')
 
 
+@dataclasses.dataclass(frozen=True)
+class DeviceConfigPolicyPayload(Payload):
+    """An operator's device configuration policy."""
+
+    NAME = 'DeviceConfigPolicyPayload'
+    VERSION = '1.0'
+
+    uuid: str = _field('The policy.', uuid=True)
+    name: str = _field('Its name.')
+    priority: int = _field('Its priority: where two policies select one '
+                           'device, the higher wins.')
+    hosts: list = _field('The host names or fnmatch patterns it selects.')
+    devices: dict = _field('Its device selector: any of driver, vendor_id, '
+                           'product_id and pci_addresses.')
+    kind: str = _field('The kind of its settings.', enum=kinds.KINDS)
+    settings: dict = _field('The wanted settings, of its kind.')
+    restore_on_delete: bool = _field('Whether deleting it puts its devices '
+                                     'back as discovered.')
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceConfigStatusPayload(Payload):
+    """Where one device stands with the policy that wins it."""
+
+    NAME = 'DeviceConfigStatusPayload'
+    VERSION = '1.0'
+
+    device_uuid: str = _field('The device.', uuid=True)
+    hostname: str = _field('The host it is in.')
+    policy_uuid: str = _field('The policy that wins it (or won it, once '
+                              'state is null).', uuid=True)
+    policy_name: str = _field('That policy\'s name.')
+    old_state: str | None = _field('Its configuration state before; null '
+                                   'when the policy just selected it.',
+                                   enum=config_status.STATES)
+    state: str | None = _field('Its configuration state now; null when no '
+                               'policy selects it any more.',
+                               enum=config_status.STATES)
+    wanted_settings: dict = _field('The settings the policy wants of it.')
+
+
 KINDS = (AcceleratorRequestPayload, AcceleratorRequestErrorPayload,
-         DevicePayload, DeviceHealthChangePayload)
+         DevicePayload, DeviceHealthChangePayload, DeviceConfigPolicyPayload,
+         DeviceConfigStatusPayload)
 
 
 # -- schemas -------------------------------------------------------------

@@ -78,6 +78,11 @@ CONTRACT = {
     'cyborg:attribute:create': ADMINS,
     'cyborg:attribute:delete': ADMINS,
     'cyborg:service:get_all': ADMINS,
+    'cyborg:device_config_policy:get_all': ADMINS,
+    'cyborg:device_config_policy:get_one': ADMINS,
+    'cyborg:device_config_policy:create': ADMINS,
+    'cyborg:device_config_policy:update': ADMINS,
+    'cyborg:device_config_policy:delete': ADMINS,
 }
 
 # Before the new defaults, device profile and ARQ reads and ARQ writes

@@ -223,6 +223,10 @@ def pci_device(device_type: str, function: pci.PCIFunction,
             function.subsystem_device_id or '')
     if function.numa_node is not None:
         std_board_info['numa_node'] = str(function.numa_node)
+    # What device configuration policies are held against (the most VFs
+    # the PF can have); drivers of mdev parents add ``mdev_types``.
+    if function.sriov_totalvfs is not None:
+        std_board_info['sriov_totalvfs'] = str(function.sriov_totalvfs)
     if function.vendor_name:
         vendor_board_info.setdefault('vendor_name', function.vendor_name)
     return inventory.Device(

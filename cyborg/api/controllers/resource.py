@@ -6,6 +6,7 @@ signature several times per request; this looks up one name.
 """
 
 import pecan
+from webob import exc as webob_exc
 
 from cyborg import exception
 
@@ -36,15 +37,21 @@ class ResourceController:
     ``ACTIONS`` maps (method, action) to a handler for
     ``/<collection>/<key>/<action>`` (e.g. a device's ``disable``);
     ``ACTIONS_FROM`` maps an action to the microversion that brought it,
-    below which its path does not exist.
+    below which its path does not exist; ``FROM_VERSION``, when set, is
+    that of the whole collection.
     """
 
     ACTIONS = {}
     ACTIONS_FROM = {}
+    FROM_VERSION = None
 
     @pecan.expose()
     def _route(self, args, request=None):
         request = request if request is not None else pecan.request
+        if self.FROM_VERSION and (request.version
+                                  or (0, 0)) < self.FROM_VERSION:
+            # As any path this version does not know.
+            raise webob_exc.HTTPNotFound()
         # A trailing slash on the collection is the collection, except
         # for DELETE, where it names an empty key (a 400 from the handler).
         if args == [''] and request.method != 'DELETE':

@@ -10,6 +10,7 @@ from cyborg.api.controllers import resource
 from cyborg.api.controllers.v2 import arqs
 from cyborg.api.controllers.v2 import attributes
 from cyborg.api.controllers.v2 import deployables
+from cyborg.api.controllers.v2 import device_config_policies
 from cyborg.api.controllers.v2 import device_profiles
 from cyborg.api.controllers.v2 import devices
 from cyborg.api.controllers.v2 import services
@@ -33,6 +34,8 @@ class V2Controller:
     attributes = attributes.AttributesController()
     accelerator_requests = arqs.AcceleratorRequestsController()
     services = services.ServicesController()
+    device_config_policies = (
+        device_config_policies.DeviceConfigPoliciesController())
 
     @expose.json()
     def index(self):

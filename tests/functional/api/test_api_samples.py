@@ -42,6 +42,7 @@ import pytest
 
 from cyborg.accelerator.drivers import fake
 from cyborg.db import models
+from cyborg.objects import inventory
 from tests import arq_stack
 from tests import inventory_rows
 from tests.arq_stack import ARQS
@@ -380,6 +381,52 @@ def test_services(api, db):
     check('services-list-resp.json', api.get(
         '/v2/services', headers={**ADMIN, **version('2.4')},
         status=200).json)
+
+
+CONFIG_POLICIES = '/v2/device_config_policies'
+NEW_CONFIG_POLICY = {
+    'name': 'nic-8-vfs', 'priority': 10, 'hosts': ['compute*'],
+    'devices': {'vendor_id': '8086', 'product_id': '1572'},
+    'kind': 'sriov_vfs', 'settings': {'num_vfs': 8}}
+
+
+def test_device_config_policies(api, db):
+    port = inventory.Device(
+        type='NIC', vendor='8086', model='Ethernet Controller X710',
+        controlpath_type='PCI',
+        controlpath_info=inventory.PCIAddress.parse(
+            '0000:3b:00.0').as_info(),
+        std_board_info={'vendor_id': '8086', 'product_id': '1572',
+                        'class_code': '020000', 'sriov_totalvfs': '63'})
+    inventory_rows.add_host(db.engine, HOST, [port])
+    headers = {**ADMIN, **version('2.6')}
+
+    check('device-config-policy-create-req.json', NEW_CONFIG_POLICY)
+    made = api.post_json(CONFIG_POLICIES, NEW_CONFIG_POLICY, headers=headers,
+                         status=201).json
+    check('device-config-policy-create-resp.json', made)
+    item = CONFIG_POLICIES + '/' + made['uuid']
+    check('device-config-policies-list-resp.json',
+          api.get(CONFIG_POLICIES, headers=headers, status=200).json)
+    check('device-config-policy-get-resp.json',
+          api.get(item, headers=headers, status=200).json)
+    check('device-config-policy-status-resp.json',
+          api.get(item + '/status', headers=headers, status=200).json)
+    change = {'settings': {'num_vfs': 4}}
+    check('device-config-policy-update-req.json', change)
+    check('device-config-policy-update-resp.json',
+          api.patch_json(item, change, headers=headers, status=200).json)
+    check('device-config-policy-unfit-resp.json', api.post_json(
+        CONFIG_POLICIES, {**NEW_CONFIG_POLICY, 'name': 'nic-64-vfs',
+                          'priority': 20, 'settings': {'num_vfs': 64}},
+        headers=headers, status=400).json)
+    check('device-config-policy-conflict-resp.json', api.post_json(
+        CONFIG_POLICIES, {**NEW_CONFIG_POLICY, 'name': 'nic-passthrough',
+                          'kind': 'driver_binding',
+                          'settings': {'driver': 'vfio-pci'}},
+        headers=headers, status=409).json)
+    deleted = api.delete(item, headers=headers, status=204)
+    assert deleted.body == b''
 
 
 def test_errors(api):

@@ -32,6 +32,7 @@ from cyborg.accelerator.drivers import fake
 from cyborg.api import microversion
 from cyborg.db import models
 from cyborg.db.api import arqs as arqs_db
+from cyborg.db.api import device_config_policies as config_policies_db
 from tests import arq_stack
 from tests import conftest
 from tests import inventory_rows
@@ -123,6 +124,12 @@ def seed(db, served):
     with db.engine.connect() as conn:
         profile_uuid = conn.execute(sa.select(models.DeviceProfile.uuid)
                                     ).scalar_one()
+    config_policy, _ = config_policies_db.create_policy(context, {
+        'uuid': str(uuid.uuid4()), 'name': 'fake-fpga-image', 'priority': 0,
+        'host_selector': [HOST], 'device_selector': {'vendor_id': 'abcd'},
+        'kind': 'fpga_base_image',
+        'settings': {'bitstream_uuid': str(uuid.uuid4())},
+        'restore_on_delete': False})
     return {
         'device_profile': [profile_uuid, PROFILE],
         'arq_uuid': arqs,
@@ -130,6 +137,7 @@ def seed(db, served):
         'deployable_uuid': [deployable.uuid],
         'same_deployable_uuid': [deployable.uuid],
         'attribute_uuid': sorted(deployable.attributes.values()),
+        'device_config_policy_uuid': [config_policy.uuid],
     }
 
 

@@ -30,6 +30,8 @@ ARQS = '/v2/accelerator_requests'
 ARQ = ARQS + '/{arq_uuid}'
 PROFILES = '/v2/device_profiles'
 PROFILE = PROFILES + '/{device_profile}'
+CONFIG_POLICIES = '/v2/device_config_policies'
+CONFIG_POLICY = CONFIG_POLICIES + '/{device_config_policy_uuid}'
 
 # Answer sample -> (method, path, status).
 ANSWERS = {
@@ -59,6 +61,18 @@ ANSWERS = {
     'device-profiles-list-resp.json': ('get', PROFILES, '200'),
     'devices-list-health-resp.json': ('get', '/v2/devices', '200'),
     'devices-list-resp.json': ('get', '/v2/devices', '200'),
+    'device-config-policy-create-resp.json': ('post', CONFIG_POLICIES,
+                                              '201'),
+    'device-config-policies-list-resp.json': ('get', CONFIG_POLICIES, '200'),
+    'device-config-policy-get-resp.json': ('get', CONFIG_POLICY, '200'),
+    'device-config-policy-status-resp.json': ('get', CONFIG_POLICY
+                                              + '/status', '200'),
+    'device-config-policy-update-resp.json': ('patch', CONFIG_POLICY,
+                                              '200'),
+    'device-config-policy-unfit-resp.json': ('post', CONFIG_POLICIES,
+                                             '400'),
+    'device-config-policy-conflict-resp.json': ('post', CONFIG_POLICIES,
+                                                '409'),
     'error-400-resp.json': ('post', PROFILES, '400'),
     'error-404-resp.json': ('get', ARQ, '404'),
     'error-406-resp.json': ('get', PROFILE, '406'),
@@ -78,6 +92,8 @@ REQUESTS = {
     'deployable-program-req.json': ('patch', DEPLOYABLE + '/program'),
     'device-health-override-req.json': ('put', DEVICE + '/health_override'),
     'device-profiles-create-req.json': ('post', PROFILES),
+    'device-config-policy-create-req.json': ('post', CONFIG_POLICIES),
+    'device-config-policy-update-req.json': ('patch', CONFIG_POLICY),
 }
 
 

@@ -48,8 +48,22 @@ def test_pgpu_traits_and_board_info(discover):
     assert a100.std_board_info == {
         'vendor_id': '10de', 'product_id': '20f1', 'class_code': '030200',
         'subsystem_vendor_id': '10de', 'subsystem_product_id': '145f',
-        'numa_node': '1'}
+        'numa_node': '1', 'sriov_totalvfs': '16',
+        'mdev_types': ['nvidia-472', 'nvidia-473']}
     assert a100.vendor_board_info == {'vendor_name': 'NVIDIA Corporation'}
+
+
+def test_the_vgpu_types_offered_are_in_the_board_info(discover):
+    # Whether or not vGPUs are configured: policies are checked by them.
+    for config in ({}, T4_VGPU):
+        devices = by_controlpath(discover(nvidia.NvidiaGPUDriver, 'gpu',
+                                          config))
+        assert devices['0000:3b:00.0'].std_board_info['mdev_types'] == [
+            'nvidia-222', 'nvidia-223', 'nvidia-230']
+        # With SR-IOV, those of its VFs.
+        assert devices['0000:af:00.0'].std_board_info['mdev_types'] == [
+            'nvidia-472', 'nvidia-473']
+        assert 'mdev_types' not in devices['0000:5e:00.0'].std_board_info
 
 
 def test_model_falls_back_to_the_device_id(discover):

@@ -129,3 +129,12 @@ def test_ascend_npus_one_deployable_per_chip(discover):
     inspur_nvme.InspurNVMeSSDDriver, huawei_ascend.HuaweiAscendDriver])
 def test_nothing_on_the_gpu_host(discover, driver_class):
     assert discover(driver_class, 'gpu') == []
+
+
+def test_nic_ports_report_how_many_vfs_they_can_have(discover):
+    # What a device configuration policy's VF count is held against,
+    # whether or not the port has VFs now.
+    devices = by_controlpath(discover(intel_nic.IntelNICDriver, 'io'))
+    assert {address: device.std_board_info['sriov_totalvfs']
+            for address, device in devices.items()} == {
+        '0000:18:00.0': '64', '0000:18:00.1': '64', '0000:b6:00.0': '128'}

@@ -24,6 +24,8 @@ from cyborg import conf as cyborg_conf
 from cyborg import context as cyborg_context
 from cyborg import states
 from cyborg.accelerator.drivers import health
+from cyborg.db.api import device_config_status
+from cyborg.device_config import status as config_status
 from cyborg.notifications import emit
 from cyborg.notifications import notifier
 from cyborg.notifications import payloads
@@ -32,6 +34,7 @@ from tests import notification_sink
 REPO = pathlib.Path(__file__).resolve().parents[3]
 ARQ_UUID = '6e3b0d8c-2f4a-4c1e-9b7d-5a6f8e9d0c1b'
 DEVICE_UUID = '0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0'
+POLICY_UUID = '7c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f'
 
 
 def notifying_conf(url='fake://', driver='messagingv2'):
@@ -67,6 +70,22 @@ def device_row(status):
         id=3, uuid=DEVICE_UUID, type='FPGA', vendor='8086', model='PAC A10',
         hostname='compute-1', status=status, std_board_info=None,
         vendor_board_info=None, health=health.HEALTHY)
+
+
+def config_policy_row():
+    """A row of ``device_config_policies``, read by attribute."""
+    return types.SimpleNamespace(
+        id=4, uuid=POLICY_UUID, name='nic-8-vfs', priority=10,
+        host_selector=['compute-*'],
+        device_selector={'vendor_id': '8086', 'product_id': '1572'},
+        kind='sriov_vfs', settings={'num_vfs': 8}, restore_on_delete=False)
+
+
+def config_change(old_state, state):
+    return device_config_status.Change(
+        device_uuid=DEVICE_UUID, hostname='compute-1',
+        policy_uuid=POLICY_UUID, policy_name='nic-8-vfs',
+        old_state=old_state, state=state, wanted_settings={'num_vfs': 8})
 
 
 @pytest.fixture
@@ -112,7 +131,17 @@ def test_every_payload_built_is_valid_by_its_schema(sending):
                for old, new in itertools.permutations(health.STATES, 2)
                for reason in (None, 'AER fatal errors grew by 2')]
     emit.devices_health_changed(notifier_, context, changes)
-    count = len(states.STATES) * 2 * 6 + 2 + len(changes)
+    for event_type in (emit.CONFIG_POLICY_CREATE, emit.CONFIG_POLICY_UPDATE,
+                       emit.CONFIG_POLICY_DELETE):
+        emit.config_policy_changed(notifier_, context, event_type,
+                                   config_policy_row())
+    transitions = [(None, 'pending'), ('failed', 'pending'),
+                   ('applied', None)] + [
+        (old, new) for old, new in itertools.pairwise(config_status.STATES)]
+    emit.config_status_changed(notifier_, context, [
+        config_change(old, new) for old, new in transitions])
+    count = (len(states.STATES) * 2 * 6 + 2 + len(changes) + 3
+             + len(transitions))
 
     messages = sink.wait_for(count)
 
@@ -219,3 +248,18 @@ def test_a_payload_off_its_schema_is_not_built():
     with pytest.raises(TypeError, match='device_profile_group_id must be '
                        'int'):
         payloads.AcceleratorRequestPayload.from_fields(view)
+
+
+def test_a_config_policy_payload_names_its_selectors(sending):
+    notifier_, sink = sending
+    emit.config_policy_changed(notifier_, None, emit.CONFIG_POLICY_CREATE,
+                               config_policy_row())
+
+    [message] = sink.wait_for(1)
+
+    assert message['payload']['cyborg_object.data'] == {
+        'uuid': POLICY_UUID, 'name': 'nic-8-vfs', 'priority': 10,
+        'hosts': ['compute-*'],
+        'devices': {'vendor_id': '8086', 'product_id': '1572'},
+        'kind': 'sriov_vfs', 'settings': {'num_vfs': 8},
+        'restore_on_delete': False}

@@ -98,8 +98,23 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
                 for gpu in functions if _is_gpu(gpu)]
 
     def _device(self, gpu, by_address):
-        members = [gpu] + [by_address[vf] for vf in gpu.virtfns
-                           if vf in by_address]
+        device = self._device_of(gpu, by_address)
+        # The vGPU types a device configuration policy may ask of it:
+        # those of the GPU and, with SR-IOV, of its VFs.
+        offered = sorted({t.type_id
+                          for member in self._members(gpu, by_address)
+                          for t in member.mdev_types})
+        if offered:
+            device.std_board_info['mdev_types'] = offered
+        return device
+
+    @staticmethod
+    def _members(gpu, by_address):
+        return [gpu] + [by_address[vf] for vf in gpu.virtfns
+                        if vf in by_address]
+
+    def _device_of(self, gpu, by_address):
+        members = self._members(gpu, by_address)
         slots_by_type = {}  # type -> one function per instance
         configured = False
         for member in members:

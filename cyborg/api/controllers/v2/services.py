@@ -7,7 +7,6 @@ service_down_time``.
 """
 
 import pecan
-from webob import exc as webob_exc
 
 from cyborg import exception
 from cyborg.api import expose
@@ -62,13 +61,7 @@ def _host_problem(value):
 
 class ServicesController(resource.ResourceController):
 
-    @pecan.expose()
-    def _route(self, args, request=None):
-        request = request if request is not None else pecan.request
-        if (request.version or (0, 0)) < FROM_VERSION:
-            # As any path this version does not know.
-            raise webob_exc.HTTPNotFound()
-        return super()._route(args, request)
+    FROM_VERSION = FROM_VERSION
 
     @expose.json()
     def get_all(self, **params):

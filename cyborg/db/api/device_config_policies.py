@@ -1,0 +1,168 @@
+"""Device configuration policies: made, read, changed and deleted, each
+write with the status rows of its devices in the same transaction.
+
+Writers of policies take turns (``locking``): whether two policies of
+equal priority select one device is decided on what the others have
+committed. The settings reach here in their stored form
+(``device_config.kinds``); here they are held against the devices they
+select (``device_config.device_checks``).
+"""
+
+from oslo_db import api as oslo_db_api
+from oslo_db import exception as db_exc
+import sqlalchemy as sa
+
+from cyborg import exception
+from cyborg.db import models
+from cyborg.db.api import device_config_status as status_db
+from cyborg.db.api import locking
+from cyborg.device_config import device_checks
+from cyborg.device_config import selection
+
+policies = models.DeviceConfigPolicy.__table__
+# What PATCH may change; the kind and the name stay.
+MUTABLE = ('priority', 'host_selector', 'device_selector', 'settings')
+_LOCK = 'device-config-policies'
+
+# Two writers on MariaDB may lock the same empty index range; one is
+# rolled back and runs again from its start.
+_retry_on_deadlock = oslo_db_api.wrap_db_retry(
+    max_retries=5, retry_on_deadlock=True, retry_interval=0.05,
+    inc_retry_interval=True)
+
+
+def _not_found(uuid):
+    return exception.NotFound(
+        'No device configuration policy with uuid %s exists.' % uuid,
+        code='cyborg.device_config_policy.not_found')
+
+
+def _all(connection):
+    return connection.execute(sa.select(policies).order_by(
+        policies.c.priority.desc(), policies.c.name)).all()
+
+
+def _one(connection, uuid):
+    row = connection.execute(sa.select(policies).where(
+        policies.c.uuid == uuid)).one_or_none()
+    if row is None:
+        raise _not_found(uuid)
+    return row
+
+
+def list_policies(context):
+    """Every policy, highest priority first."""
+    with context.db.read_connection(context) as connection:
+        return _all(connection)
+
+
+def get_policy(context, uuid):
+    with context.db.read_connection(context) as connection:
+        return _one(connection, uuid)
+
+
+def get_status(context, uuid):
+    """(policy, its devices' status rows); NotFound if no such policy."""
+    with context.db.read_connection(context) as connection:
+        policy = _one(connection, uuid)
+        return policy, status_db.list_status(connection, policy.id)
+
+
+@_retry_on_deadlock
+def create_policy(context, values):
+    """Store a policy (``values``: uuid, name, priority, host_selector,
+    device_selector, kind, settings, restore_on_delete) and make the
+    devices it wins pending; (row, status changes)."""
+    with context.db.writer(context) as session:
+        connection = session.connection()
+        locking.take_turns(connection, [_LOCK], policies, sa.true())
+        taken = connection.execute(
+            sa.select(policies.c.name, policies.c.uuid).where(sa.or_(
+                policies.c.name == values['name'],
+                policies.c.uuid == values['uuid']))).first()
+        if taken is not None:
+            field = 'name' if taken.name == values['name'] else 'uuid'
+            raise _duplicate(field, values[field])
+        devices = _checked_selection(connection, values, values['kind'],
+                                     _all(connection))
+        try:
+            connection.execute(sa.insert(policies).values(
+                created_at=models.utcnow(), **values))
+        except db_exc.DBDuplicateEntry as e:
+            raise _duplicate('name', values['name']) from e
+        changes = status_db.reconcile(connection, _all(connection), devices)
+        return _one(connection, values['uuid']), changes
+
+
+@_retry_on_deadlock
+def update_policy(context, uuid, changes):
+    """Change the ``MUTABLE`` fields given in ``changes``; the devices
+    it no longer wins, and those it now wins, follow. (row, status
+    changes), the changes None when the values were those stored."""
+    with context.db.writer(context) as session:
+        connection = session.connection()
+        locking.take_turns(connection, [_LOCK], policies, sa.true())
+        old = _one(connection, uuid)
+        new = {name: changes.get(name, getattr(old, name))
+               for name in MUTABLE}
+        if all(new[name] == getattr(old, name) for name in MUTABLE):
+            return old, None
+        others = [p for p in _all(connection) if p.id != old.id]
+        devices = _checked_selection(connection, dict(new, name=old.name),
+                                     old.kind, others)
+        connection.execute(sa.update(policies).where(
+            policies.c.id == old.id).values(updated_at=models.utcnow(),
+                                             **new))
+        left = status_db.device_ids_of(connection, old.id) - {
+            d.id for d in devices}
+        affected = devices + status_db.device_facts(connection,
+                                                    device_ids=left)
+        written = status_db.reconcile(connection, _all(connection), affected)
+        return _one(connection, uuid), written
+
+
+@_retry_on_deadlock
+def delete_policy(context, uuid):
+    """Delete the policy and its status rows; the devices it won go to
+    the next policy that selects them, if any. (row, status changes)."""
+    with context.db.writer(context) as session:
+        connection = session.connection()
+        locking.take_turns(connection, [_LOCK], policies, sa.true())
+        old = _one(connection, uuid)
+        won = status_db.device_ids_of(connection, old.id)
+        written = status_db.remove(connection, old)
+        connection.execute(sa.delete(policies).where(
+            policies.c.id == old.id))
+        written += status_db.reconcile(
+            connection, _all(connection),
+            status_db.device_facts(connection, device_ids=won))
+        return old, written
+
+
+def _checked_selection(connection, values, kind, others):
+    """The devices the policy of ``values`` selects, once its settings
+    are held against them and no policy of ``others`` of its priority
+    selects one of them too."""
+    devices = status_db.selected(connection, values['host_selector'],
+                                 values['device_selector'])
+    device_checks.check(kind, values['settings'], values['device_selector'],
+                        devices)
+    for other in others:
+        if other.priority != values['priority']:
+            continue
+        for device in devices:
+            if selection.selects(other.host_selector, other.device_selector,
+                                 device):
+                raise exception.Conflict(
+                    'The policy %s, of the same priority %d, selects '
+                    'device %s on %s too; give one of them another '
+                    'priority.' % (other.name, other.priority, device.uuid,
+                                   device.hostname),
+                    code='cyborg.device_config_policy.priority_conflict')
+    return devices
+
+
+def _duplicate(field, value):
+    return exception.Conflict(
+        'A device configuration policy with %s %s already exists.'
+        % (field, value), code='cyborg.device_config_policy.duplicate')
