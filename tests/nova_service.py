@@ -174,6 +174,11 @@ class NovaService:
             '[compute]',
             # Builds that fail on purpose must not disable the host.
             'consecutive_build_service_disable_threshold = 0',
+            '[quota]',
+            # A host's worth of servers is more than the default quota.
+            'instances = -1',
+            'cores = -1',
+            'ram = -1',
             '[vnc]',
             'enabled = false',
             '[service_user]',

@@ -30,4 +30,6 @@ echo "==> cyborg-tempest-plugin API tests, legacy then new policy defaults (real
 CYBORG_VENV="$VENV" POLICY_MODE=${POLICY_MODE:-both} tools/tempest/run.sh
 
 echo "==> pytest"
-"$VENV/bin/pytest" -q -n "${CYBORG_TEST_WORKERS:-2}" tests "$@"
+# loadgroup: the tests of one xdist_group (those sharing one real Nova)
+# run in one worker.
+"$VENV/bin/pytest" -q -n "${CYBORG_TEST_WORKERS:-2}" --dist loadgroup tests "$@"
