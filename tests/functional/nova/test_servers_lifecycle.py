@@ -52,14 +52,15 @@ def test_actions_keep_arqs_handles_and_allocations_consistent(
     with concurrent.futures.ThreadPoolExecutor(len(ACTIONS) + 1) as pool:
         deleted = pool.submit(nova_servers.delete, cloud, [doomed.id])
         done = {name: pool.submit(act, cloud, one.id)
-                for (name, act), one in zip(ACTIONS.items(), acted)}
+                for (name, act), one in zip(ACTIONS.items(), acted,
+                                                 strict=True)}
         deleted.result()
         ended = {name: future.result() for name, future in done.items()}
 
     for name, server in ended.items():
         print('%s: %s %s' % (name, server['id'], server['status']))
-    assert {name: s['status'] for name, s in ended.items()} == {
-        name: 'ACTIVE' for name in ACTIONS}
+    assert {name: s['status'] for name, s in ended.items()} == dict.fromkeys(
+        ACTIONS, 'ACTIVE')
     held = nova_servers.wait_consistent(cloud)
     assert sorted(held.allocations) == sorted(b.id for b in acted)
     assert held.handles_in_use == len(acted)
