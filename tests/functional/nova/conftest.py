@@ -1,8 +1,8 @@
 """Servers booted through a real Nova, in the session's ``nova_cloud``.
 
 Every test here shares the one compute host of ``nova_cloud`` (its 16
-FPGA accelerators), so they run in one xdist group, one after the other
-(``tools/run-tests.sh`` uses ``--dist loadgroup``), and each deletes its
+FPGA accelerators), so they run in one xdist group (``SHARED``), one after the
+other (``tools/run-tests.sh`` uses ``--dist loadgroup``), and each deletes its
 servers before it ends (``servers``). A failing test prints the ends of
 every process's log.
 """
@@ -16,10 +16,8 @@ from tests.nova_cloud import nova_cloud  # noqa: F401
 FPGA_GROUP = {'resources:FPGA': '1', 'trait:CUSTOM_FAKE_DEVICE': 'required'}
 
 
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if 'nova_cloud' in getattr(item, 'fixturenames', ()):
-            item.add_marker(pytest.mark.xdist_group('nova_cloud'))
+# Each test_servers_* module marks itself with this: one worker runs them.
+SHARED = pytest.mark.xdist_group('nova_cloud')
 
 
 @pytest.hookimpl(wrapper=True)

@@ -14,7 +14,10 @@ import time
 from tests.functional.conductor.test_fpga_programming import BITSTREAM
 from tests.functional.conductor.test_fpga_programming import fitting
 from tests.functional.nova import servers as nova_servers
+from tests.functional.nova.conftest import SHARED
 from tests.nova_cloud import PROGRAM_SECONDS
+
+pytestmark = SHARED
 
 
 def _boot_with_profile(cloud, name, group):

@@ -2,6 +2,9 @@
 one more that does not fit."""
 
 from tests.functional.nova import servers as nova_servers
+from tests.functional.nova.conftest import SHARED
+
+pytestmark = SHARED
 
 HANDLES = 16
 

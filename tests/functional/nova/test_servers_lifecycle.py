@@ -4,6 +4,9 @@ ends with ARQs, attach handles and allocations that agree."""
 import concurrent.futures
 
 from tests.functional.nova import servers as nova_servers
+from tests.functional.nova.conftest import SHARED
+
+pytestmark = SHARED
 
 
 def _hard_reboot(cloud, server_id):
