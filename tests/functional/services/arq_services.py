@@ -140,10 +140,13 @@ class APIServer:
 
     name = 'gunicorn'
 
-    def __init__(self, deployment, workers=2):
+    def __init__(self, deployment, workers=2, access_log=False):
         self.directory = deployment.directory / 'api'
         self.directory.mkdir()
         self.workers = workers
+        # Each request's line and its duration in microseconds.
+        self.access_log = (self.directory / 'access.log' if access_log
+                           else None)
         self.config_file = self.directory / 'cyborg-api.conf'
         self.log_file = self.directory / 'cyborg-api.log'
         self.output_file = self.directory / 'gunicorn.out'
@@ -160,6 +163,9 @@ class APIServer:
                  # Port 0: the kernel picks a free port, and gunicorn
                  # says which.
                  '--bind', '127.0.0.1:0', '--log-level', 'info',
+                 *(('--access-logfile', str(self.access_log),
+                    '--access-logformat', '"%(r)s" %(s)s %(D)s')
+                   if self.access_log else ()),
                  'cyborg.wsgi.api:application'],
                 stdout=output, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout

@@ -10,6 +10,7 @@ database and Placement through ``TCPGate``s, which a test may close to
 stand for a neighbour that is down.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -121,16 +122,21 @@ class ServiceProcess:
         self.output_file = directory / ('%s.out' % name)
         self.config_file.write_text(config)
         self.process = None
+        self.own_group = False
 
-    def start(self, prefix=()):
+    def start(self, prefix=(), env=None, own_group=False):
         """``prefix``: a command that runs the service (and execs it, so
-        that the process is the service's)."""
+        that the process is the service's). ``env``: its environment
+        (this process's by default). ``own_group``: in a process group of
+        its own, which ``kill`` sweeps whole (a service that forks)."""
         self.log_file.touch()
+        self.own_group = own_group
         with open(self.output_file, 'ab') as output:
             self.process = subprocess.Popen(
                 [*prefix, console_script(self.name), '--config-file',
                  str(self.config_file)],
-                stdout=output, stderr=subprocess.STDOUT)
+                stdout=output, stderr=subprocess.STDOUT, env=env,
+                start_new_session=own_group)
         return self
 
     @property
@@ -172,6 +178,10 @@ class ServiceProcess:
         return status, time.monotonic() - started
 
     def kill(self):
+        if self.own_group and self.process is not None:
+            # Children it forked go too, even once the leader is gone.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
         if self.alive:
             self.process.kill()
             self.process.wait()
