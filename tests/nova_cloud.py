@@ -9,9 +9,13 @@ Glance and this service, each service a process of its own.
 - Nova: ``tests.nova_service`` (API, conductor, scheduler, one compute
   host with the fake virt driver).
 - This service: its API under gunicorn, one conductor that tells Nova's
-  API about binds, and the agent of the compute host with the fake FPGA
-  (16 accelerators), its host name Nova's, so that its provider nests
-  under the compute node's. Own MariaDB database and RabbitMQ vhost.
+  API about binds and publishes pooled providers, and the agent of the
+  compute host, its host name Nova's, so that its providers nest under the
+  compute node's. The agent runs the fake FPGA (16 accelerators) and the
+  NVIDIA driver over a sysfs tree written by ``tests.unit.drivers.trees``
+  (``GPU_FUNCTIONS``: four H100s for passthrough, one pool, and a T4 cut
+  into vGPUs), whose mdevs it makes through a real privsep daemon. Own
+  MariaDB database and RabbitMQ vhost.
 
 ``nova_cloud`` (session scope, for the tests that ask for it) starts all
 of it once; ``stop()`` stops exactly what was started.
@@ -20,6 +24,7 @@ of it once; ``stop()`` stops exactly what was started.
 import concurrent.futures
 import logging
 import pathlib
+import shlex
 import subprocess
 import sys
 import time
@@ -28,12 +33,16 @@ import uuid
 import pytest
 import requests
 
+from cyborg import privsep
 from cyborg.db import migration
 from tests import db_servers
 from tests import neutron_stub
 from tests import nova_service
+from tests import privsep_rig
 from tests.functional.services import arq_services
 from tests.functional.services.conftest import rabbitmqctl
+from tests.unit.drivers.trees import hosts
+from tests.unit.drivers.trees import sysfs
 
 LOG = logging.getLogger(__name__)
 
@@ -48,6 +57,26 @@ START_TIMEOUT = 120
 # nova-compute really waits for the bind event.
 PROGRAM_SECONDS = 3
 IMAGE = b'\0' * 1024
+
+# The compute host's GPUs: four H100s bound to vfio-pci for passthrough,
+# identical and on one NUMA node, so one pooled provider of PGPU 4; and a
+# T4 cut into vGPUs of VGPU_TYPE (VGPUS of them, none made yet).
+H100S = ['0000:%02x:00.0' % bus for bus in (0x19, 0x2b, 0x3d, 0x4f)]
+T4 = '0000:5e:00.0'
+VGPU_TYPE = 'nvidia-222'
+VGPUS = 4
+GPU_FUNCTIONS = hosts.CHIPSET + [
+    function for n, address in enumerate(H100S) for function in (
+        hosts.root_port('0000:%02x:00.0' % (0x18 + 0x12 * n)),
+        hosts.card(address, '10de', '2330', '030200',
+                   '0000:%02x:00.0' % (0x18 + 0x12 * n), driver='vfio-pci',
+                   subsystem=('10de', '16c1')))
+] + [
+    hosts.root_port('0000:5d:00.0'),
+    hosts.card(T4, '10de', '1eb8', '030200', '0000:5d:00.0',
+               driver='nvidia', subsystem=('10de', '12a2'),
+               mdev_types=(sysfs.Mdev(VGPU_TYPE, 'GRID T4-1B', VGPUS),)),
+]
 
 
 class PlacementProcess:
@@ -124,7 +153,9 @@ class Cloud:
         self.conductor = None
         self.agent = None
         self.image_id = None
-        self.fpga_rp = None
+        self.fpga_rp = self.pgpu_rp = self.vgpu_rp = None
+        self.device_rps = {}
+        self.sysfs_root = None
         self.compute_rp = None
         self.timings = {}
         self._vhost_made = False
@@ -155,23 +186,52 @@ class Cloud:
                         cyborg_url=self.api.url)
         self.conductor = arq_services.conductor(
             self.side, 'cyborg-conductor-1',
-            self._nova_section() + self._glance_section())
+            self._nova_section() + self._glance_section() + '\n'.join([
+                '[placement]', 'provider_layout = pooled', '']))
         self.conductor.start()
         # The agent looks for the compute node at each report until
         # nova-compute has made it.
         self.agent = arq_services.agent(self.side)
-        with open(self.agent.config_file, 'a') as config:
-            config.write(self._glance_section() + '\n'.join([
-                '[fake_driver]',
-                'program_seconds = %d' % PROGRAM_SECONDS, '']))
+        self._configure_agent()
         self.agent.start()
         self.nova.wait_for_compute()
         self.compute_rp = self._provider(self.compute_host)
-        self.fpga_rp = self._wait_for_fpga()
+        self._wait_for_devices()
         self.timings['start'] = time.monotonic() - started
         LOG.warning('Nova cloud up in %.1f s (databases %.1f s)',
                     self.timings['start'], self.timings['databases'])
         return self
+
+    def _configure_agent(self):
+        """The fake FPGA, slow to program, and the NVIDIA driver over
+        ``GPU_FUNCTIONS``; the agent's privileged calls go to a privsep
+        daemon started as a deployment starts it (through
+        ``cyborg-privsep-launcher``; the tests run as root, so without
+        sudo)."""
+        self.sysfs_root = sysfs.build(str(self.side.directory / 'sysfs'),
+                                      GPU_FUNCTIONS)
+        links = self.side.directory / 'privsep'
+        links.mkdir(mode=0o700)
+        config_file = self.agent.config_file
+        helper = ' '.join(shlex.quote(word) for word in [
+            *privsep_rig.launcher_command(str(links / 'agent.sock')),
+            privsep_rig.privsep_helper(), '--config-file',
+            str(config_file)])
+        text = config_file.read_text().replace(
+            'enabled_drivers = fake_driver\n',
+            'enabled_drivers = fake_driver, nvidia_gpu_driver\n')
+        config_file.write_text(text + self._glance_section() + '\n'.join([
+            '[fake_driver]',
+            'program_seconds = %d' % PROGRAM_SECONDS,
+            '[gpu_devices]',
+            'enabled_vgpu_types = %s' % VGPU_TYPE,
+            '[vgpu_%s]' % VGPU_TYPE,
+            'device_addresses = %s' % T4,
+            '[pci]',
+            'sysfs_root = %s' % self.sysfs_root,
+            '[%s]' % privsep.CONFIG_SECTION,
+            'helper_command = %s' % helper,
+            '']))
 
     def _cyborg_database(self):
         self.side.db_url = db_servers.create_database('mysql',
@@ -207,11 +267,16 @@ class Cloud:
         assert providers, 'no provider named %s' % name
         return providers[0]['uuid']
 
-    def _wait_for_fpga(self):
-        """The fake FPGA's provider, once it is under the compute node
-        with its 16 accelerators."""
+    def _wait_for_devices(self):
+        """The providers of the host's devices, once all of them are
+        under the compute node with their inventories: the fake FPGA's
+        (``fpga_rp``, 16 FPGA), the H100s' pool (``pgpu_rp``, PGPU 4) and
+        the T4's vGPUs (``vgpu_rp``). ``device_rps``: each one's resource
+        class."""
+        wanted = {'FPGA': 16, 'PGPU': len(H100S), 'VGPU': VGPUS}
         deadline = time.monotonic() + START_TIMEOUT
         while True:
+            found = {}
             for rp in self.placement_get(
                     '/resource_providers',
                     params={'in_tree': self.compute_rp})[
@@ -219,13 +284,22 @@ class Cloud:
                 inventories = self.placement_get(
                     '/resource_providers/%s/inventories' % rp['uuid'])[
                         'inventories']
-                if inventories.get('FPGA', {}).get('total') == 16:
-                    assert rp['parent_provider_uuid'] == self.compute_rp
-                    return rp['uuid']
+                for rc, total in wanted.items():
+                    if inventories.get(rc, {}).get('total') == total:
+                        assert rp['parent_provider_uuid'] == self.compute_rp
+                        found[rc] = rp['uuid']
+            if len(found) == len(wanted):
+                self.fpga_rp = found['FPGA']
+                self.pgpu_rp = found['PGPU']
+                self.vgpu_rp = found['VGPU']
+                self.device_rps = {rp: rc for rc, rp in found.items()}
+                return
             self.check_alive()
             if time.monotonic() > deadline:
-                raise RuntimeError('no FPGA under %s within %d s:\n%s' % (
-                    self.compute_host, START_TIMEOUT, self.tails()))
+                raise RuntimeError('not every device under %s within %d s '
+                                   '(found %s):\n%s' % (
+                                       self.compute_host, START_TIMEOUT,
+                                       found, self.tails()))
             time.sleep(0.5)
 
     def check_alive(self):

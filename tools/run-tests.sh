@@ -30,5 +30,8 @@ echo "==> cyborg-tempest-plugin API tests, legacy then new policy defaults (real
 CYBORG_VENV="$VENV" POLICY_MODE=${POLICY_MODE:-both} tools/tempest/run.sh
 
 echo "==> pytest"
-# The 20 slowest tests at the end: where the suite's time goes.
-"$VENV/bin/pytest" -q -n "${CYBORG_TEST_WORKERS:-2}" --durations=20 tests "$@"
+# loadgroup: the tests of one xdist_group (those sharing the Nova cloud)
+# run on one worker, which starts that rig once. The 20 slowest tests at
+# the end: where the suite's time goes.
+"$VENV/bin/pytest" -q -n "${CYBORG_TEST_WORKERS:-2}" --dist loadgroup \
+    --durations=20 tests "$@"

@@ -2,10 +2,11 @@
 
 Every test here shares the one compute host of ``nova_cloud`` (its 16
 FPGA accelerators) and deletes its servers before it ends (``servers``).
-They are marked as one xdist group (``SHARED``) for ``--dist loadgroup``;
-under the default distribution each worker that runs one of them starts a
+They are marked as one xdist group (``SHARED``), which ``--dist loadgroup``
+(``tools/run-tests.sh``) runs on one worker: the cloud starts once. Under
+another distribution each worker that runs one of them starts a
 ``nova_cloud`` of its own (its own host, databases and virtual hosts), so
-the tests stay apart either way. A failing test prints the ends of
+the tests stay apart either way, only slower. A failing test prints the ends of
 every process's log.
 """
 

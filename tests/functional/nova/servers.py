@@ -126,7 +126,7 @@ class Holdings:
     """What the service and Placement hold, by instance."""
     arqs: list
     handles_in_use: int
-    allocations: dict      # consumer -> FPGA allocated on the fake FPGA
+    allocations: dict      # consumer -> accelerators allocated to it
     servers: dict          # id -> server
 
 
@@ -136,11 +136,14 @@ def holdings(cloud):
             'servers']}
     arqs = cloud.cyborg_call('GET', '/v2/accelerator_requests').json()[
         'arqs']
-    allocations = {
-        consumer: held['resources'].get('FPGA', 0)
+    # Accelerators of every device provider of the host, by consumer.
+    allocations = {}
+    for rp, rc in cloud.device_rps.items():
         for consumer, held in cloud.placement_get(
-            '/resource_providers/%s/allocations' % cloud.fpga_rp)[
-                'allocations'].items()}
+                '/resource_providers/%s/allocations' % rp)[
+                    'allocations'].items():
+            allocations[consumer] = (allocations.get(consumer, 0)
+                                     + held['resources'].get(rc, 0))
     engine = sa.create_engine(cloud.side.db_url)
     try:
         with engine.connect() as connection:
@@ -170,19 +173,19 @@ def problems(cloud, held, failed_binds=()):
         if instance not in held.servers:
             found.append('ARQ %s is bound to instance %s, which does not '
                          'exist' % (arq['uuid'], instance))
-        if (arq['device_rp_uuid'] != cloud.fpga_rp
+        if (arq['device_rp_uuid'] not in cloud.device_rps
                 or arq['hostname'] != cloud.compute_host
                 or not arq['attach_handle_uuid']):
             found.append('ARQ %s is bound elsewhere: %s' % (arq['uuid'],
                                                             arq))
     for instance, count in bound.items():
         if held.allocations.get(instance) != count:
-            found.append('instance %s has %d bound ARQs but %s FPGA '
-                         'allocated' % (instance, count,
+            found.append('instance %s has %d bound ARQs but %s '
+                         'accelerators allocated' % (instance, count,
                                         held.allocations.get(instance)))
     for consumer, amount in held.allocations.items():
         if consumer not in bound and consumer not in failed_binds:
-            found.append('%s holds %d FPGA without a bound ARQ' % (
+            found.append('%s holds %d accelerators without a bound ARQ' % (
                 consumer, amount))
     if held.handles_in_use != sum(bound.values()):
         found.append('%d attach handles in use for %d bound ARQs' % (
