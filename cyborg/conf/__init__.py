@@ -13,6 +13,7 @@ from cyborg.conf import conductor
 from cyborg.conf import cors
 from cyborg.conf import database
 from cyborg.conf import default
+from cyborg.conf import device_config
 from cyborg.conf import fake_driver
 from cyborg.conf import glance
 from cyborg.conf import gpu_devices
@@ -30,8 +31,9 @@ from cyborg.conf import upgrade_levels
 
 _GROUP_MODULES = (default, api, database, keystone_authtoken, cors,
                   http_proxy, placement, nova, glance, pci, gpu_devices,
-                  intel_nic, agent, privsep, conductor, fake_driver,
-                  upgrade_levels, metrics, notifications, sizelimit)
+                  intel_nic, agent, privsep, device_config, conductor,
+                  fake_driver, upgrade_levels, metrics, notifications,
+                  sizelimit)
 
 
 def register_opts(conf):

@@ -11,6 +11,7 @@ from cyborg.conf import conductor
 from cyborg.conf import cors
 from cyborg.conf import database
 from cyborg.conf import default
+from cyborg.conf import device_config
 from cyborg.conf import fake_driver
 from cyborg.conf import glance
 from cyborg.conf import gpu_devices
@@ -28,8 +29,8 @@ def list_opts():
     """Every option group of the service, as the generator wants them."""
     groups = {}
     for module in (default, api, placement, nova, glance, pci, gpu_devices,
-                   intel_nic, agent, privsep, conductor, fake_driver,
-                   upgrade_levels, metrics, notifications):
+                   intel_nic, agent, privsep, device_config, conductor,
+                   fake_driver, upgrade_levels, metrics, notifications):
         for group, opts in module.list_opts().items():
             groups.setdefault(group, []).extend(opts)
     return [(group, copy.deepcopy(opts)) for group, opts in groups.items()]

@@ -9,7 +9,10 @@ anything:
 - ``mdev.create_mdev`` / ``mdev.remove_mdev``: write the sysfs control
   files of mediated devices (vGPUs);
 - ``fpga_tool.run_fpga_tool``: run a vendor's FPGA programming tool from a
-  fixed list, with argument shapes from a fixed list.
+  fixed list, with argument shapes from a fixed list;
+- ``playbook.run_playbook``: run the setup or teardown playbook of a
+  device configuration pair from a root-owned directory, with the
+  variables it declares, without any capability.
 
 Nothing else of the agent needs privileges: discovery and health read
 world-readable sysfs files and NVML, bitstreams are downloaded into the

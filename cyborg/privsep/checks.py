@@ -14,6 +14,7 @@ import threading
 
 from oslo_config import cfg
 
+from cyborg.conf import device_config as device_config_conf
 from cyborg.conf import pci as pci_conf
 
 _UUID = re.compile(r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
@@ -55,11 +56,14 @@ def mdev_type_name(value):
 
 def daemon_conf():
     """The daemon's configuration: oslo.privsep's ``cfg.CONF``, parsed by
-    privsep-helper from the files it was given, with ``[pci]`` known."""
+    privsep-helper from the files it was given, with ``[pci]`` and
+    ``[device_config]`` known."""
     conf = cfg.CONF
     with _conf_lock:
         if 'pci' not in conf:
             pci_conf.register_opts(conf)
+        if device_config_conf.GROUP not in conf:
+            device_config_conf.register_opts(conf)
     return conf
 
 

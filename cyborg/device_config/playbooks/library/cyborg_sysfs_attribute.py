@@ -1,0 +1,99 @@
+# One attribute file of a PCI function in sysfs: read it, and write it
+# when a value is given that it does not hold. Used by the playbooks the
+# agent's privileged helper runs; the path is confined to the devices
+# below the sysfs root, whatever links it goes through.
+
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r'''
+module: cyborg_sysfs_attribute
+short_description: Read, and write if it differs, one sysfs attribute of a
+  PCI function
+options:
+  root:
+    description: The root sysfs lies under ("/" on a host).
+    type: path
+    required: true
+  device:
+    description: The PCI function, dddd:bb:dd.f in lower case.
+    type: str
+    required: true
+  attribute:
+    description: The attribute file's name, e.g. sriov_numvfs.
+    type: str
+    required: true
+  value:
+    description: What it must hold; not given, the file is only read.
+    type: str
+'''
+
+RETURN = r'''
+current:
+  description: What the attribute holds after the task (in check mode,
+    what it would hold).
+  type: str
+previous:
+  description: What it held before.
+  type: str
+'''
+
+PCI_ADDRESS = re.compile(r'[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
+ATTRIBUTE = re.compile(r'[a-z][a-z0-9_]{0,63}')
+VALUE = re.compile(r'[A-Za-z0-9_.:-]{1,64}')
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            'root': {'type': 'path', 'required': True},
+            'device': {'type': 'str', 'required': True},
+            'attribute': {'type': 'str', 'required': True},
+            'value': {'type': 'str'},
+        },
+        supports_check_mode=True)
+    params = module.params
+    if not PCI_ADDRESS.fullmatch(params['device']):
+        module.fail_json(msg='%r is not a PCI address' % params['device'])
+    if not ATTRIBUTE.fullmatch(params['attribute']):
+        module.fail_json(msg='%r is not an attribute name'
+                         % params['attribute'])
+    value = params['value']
+    if value is not None and not VALUE.fullmatch(value):
+        module.fail_json(msg='%r is not a value for a sysfs attribute'
+                         % value)
+    root = os.path.realpath(params['root'])
+    devices = os.path.join(root, 'sys', 'devices')
+    link = os.path.join(root, 'sys', 'bus', 'pci', 'devices',
+                        params['device'], params['attribute'])
+    path = os.path.realpath(link)
+    if os.path.commonpath([path, devices]) != devices:
+        module.fail_json(msg='%s leads to %s, outside %s'
+                         % (link, path, devices))
+    try:
+        with open(path) as f:
+            previous = f.read().strip()
+    except OSError as exc:
+        module.fail_json(msg='cannot read %s: %s' % (link, exc.strerror))
+    if value is None or value == previous:
+        module.exit_json(changed=False, current=previous, previous=previous)
+    if not module.check_mode:
+        try:
+            # sysfs ignores O_TRUNC; a recorded tree keeps what was
+            # written, as the tests read it.
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW
+                         | os.O_CLOEXEC)
+            try:
+                os.write(fd, value.encode('ascii'))
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            module.fail_json(msg='cannot write %s to %s: %s'
+                             % (value, link, exc.strerror))
+    module.exit_json(changed=True, current=value, previous=previous)
+
+
+if __name__ == '__main__':
+    main()

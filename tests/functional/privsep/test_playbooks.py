@@ -1,0 +1,245 @@
+"""Device configuration playbooks, run by a real privsep daemon with the
+real ansible-runner and ansible-core.
+
+One daemon for the module, started as the agent starts it, with ``[pci]
+sysfs_root`` at a copy of the recorded I/O host's X710 (a PF of 64 VFs
+that holds 4) written afresh for each test, and ``[device_config]
+playbook_dir`` at a directory of operator pairs. The shipped SR-IOV pair
+makes the writes the kernel needs; every refused call leaves the tree as
+it was.
+"""
+
+import os
+import shutil
+import textwrap
+
+import pytest
+
+from cyborg.privsep import playbook
+from tests import privsep_rig
+from tests.functional.privsep.test_daemon import Host
+from tests.functional.privsep.test_daemon import refused
+from tests.unit.drivers.trees import hosts
+from tests.unit.drivers.trees import sysfs
+
+PF = hosts.X710_P0.bdf
+FUNCTIONS = [f for f in hosts.IO_HOST
+             if f.bdf in {PF, hosts.X710_P0.parent}
+             or f in hosts.X710_P0_VFS]
+OPERATOR_PAIR = '''\
+- name: Operator's own
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Set the function's driver_override
+      cyborg_sysfs_attribute:
+        root: "{{ sysfs_root }}"
+        device: "{{ pci_address }}"
+        attribute: driver_override
+        value: "{{ driver }}"
+'''
+OPERATOR_VARIABLES = '''\
+pci_address: {type: pci_address}
+driver: {type: choice, values: [vfio-pci, iavf]}
+'''
+
+# What the processes of a run may do: their own /proc status, written out.
+PROBE_PAIR = '''\
+- name: Probe
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Read the module's process status
+      ansible.builtin.slurp:
+        src: /proc/self/status
+      register: status
+    - name: Write it out
+      ansible.builtin.copy:
+        content: "{{ status.content | b64decode }}"
+        dest: "{{ dest }}"
+'''
+PROBE_VARIABLES = '''\
+dest: {type: string, pattern: '/[A-Za-z0-9_./-]+'}
+'''
+
+
+class IOHost(Host):
+    def fresh(self):
+        for path in (self.root, self.outside, self.record):
+            shutil.rmtree(path, ignore_errors=True)
+        self.outside.mkdir()
+        self.record.mkdir()
+        sysfs.build(str(self.root), FUNCTIONS)
+        # The attribute an operator's pair below writes.
+        self.path('sys/bus/pci/devices/%s/driver_override' % PF).write_text(
+            '(null)')
+        return self
+
+
+def write_pair(top, name, mode=0o755, playbook=OPERATOR_PAIR,
+               variables=OPERATOR_VARIABLES):
+    directory = top / name
+    directory.mkdir(mode=mode)
+    directory.chmod(mode)
+    (directory / 'setup.yml').write_text(playbook)
+    (directory / 'teardown.yml').write_text(playbook)
+    (directory / 'variables.yml').write_text(variables)
+    return directory
+
+
+@pytest.fixture(scope='module')
+def daemon(tmp_path_factory):
+    directory = tmp_path_factory.mktemp('playbooks')
+    host = IOHost(directory).fresh()
+    operator = directory / 'operator'
+    operator.mkdir(mode=0o755)
+    write_pair(operator, 'own_driver')
+    # Group-writable: another user could change what root runs.
+    write_pair(operator, 'loose', mode=0o775)
+    write_pair(operator, 'probe', playbook=PROBE_PAIR,
+               variables=PROBE_VARIABLES)
+    started = privsep_rig.Daemon(directory, host.root)
+    with open(started.config_file, 'a') as f:
+        f.write(textwrap.dedent('''\
+            [device_config]
+            playbook_dir = %s
+            playbook_timeout = 120
+            ''' % operator))
+    started.start()
+    yield started, host
+    started.stop()
+
+
+@pytest.fixture
+def host(daemon):
+    return daemon[1].fresh()
+
+
+def numvfs(host):
+    return host.path('sys/bus/pci/devices/%s/sriov_numvfs'
+                     % PF).read_text().strip()
+
+
+def changed(result):
+    return [t['name'] for t in result['tasks'] if t['status'] == 'changed']
+
+
+def test_a_vf_count_goes_through_zero_and_is_a_no_op_once_applied(host):
+    assert numvfs(host) == '4'
+
+    result = playbook.run_playbook('sriov_vfs', 'setup',
+                                   {'pci_address': PF, 'num_vfs': 8})
+
+    assert result['status'] == 'successful', result
+    # The kernel changes a count only from 0: the 4 VFs go first.
+    assert changed(result) == ['Remove the VFs that exist', 'Create the VFs']
+    assert numvfs(host) == '8'
+
+    again = playbook.run_playbook('sriov_vfs', 'setup',
+                                  {'pci_address': PF, 'num_vfs': 8})
+    assert again['status'] == 'successful'
+    assert changed(again) == []
+
+    down = playbook.run_playbook('sriov_vfs', 'teardown',
+                                 {'pci_address': PF, 'num_vfs': 8})
+    assert changed(down) == ['Remove the VFs']
+    assert numvfs(host) == '0'
+
+
+def test_check_mode_says_what_would_change_and_changes_nothing(host):
+    before = host.snapshot()
+
+    result = playbook.run_playbook('sriov_vfs', 'setup',
+                                   {'pci_address': PF, 'num_vfs': 16},
+                                   check_mode=True)
+
+    assert result['status'] == 'successful', result
+    assert changed(result) == ['Remove the VFs that exist', 'Create the VFs']
+    assert host.snapshot() == before
+
+
+def test_a_count_above_the_limit_fails_at_its_task_changing_nothing(host):
+    before = host.snapshot()
+
+    result = playbook.run_playbook('sriov_vfs', 'setup',
+                                   {'pci_address': PF, 'num_vfs': 65})
+
+    assert result['status'] == 'failed'
+    assert result['failed_task'] == 'Refuse a count above the VF limit'
+    assert 'offers at most 64 VFs, not 65' in result['message']
+    assert host.snapshot() == before
+
+
+def test_an_operator_pair_runs_with_the_shipped_modules(host):
+    result = playbook.run_playbook('own_driver', 'setup',
+                                   {'pci_address': PF, 'driver': 'vfio-pci'})
+
+    assert result['status'] == 'successful', result
+    assert host.path('sys/bus/pci/devices/%s/driver_override'
+                     % PF).read_text() == 'vfio-pci'
+
+
+def test_a_run_is_root_without_any_capability(host):
+    dest = host.record / 'status'
+
+    result = playbook.run_playbook('probe', 'setup', {'dest': str(dest)})
+
+    assert result['status'] == 'successful', result
+    status = dict(line.split(':', 1) for line in
+                  dest.read_text().splitlines() if ':' in line)
+    status = {k: v.strip() for k, v in status.items()}
+    assert status['Uid'].split()[0] == '0'
+    assert (status['CapBnd'], status['CapEff'], status['CapPrm'],
+            status['CapInh']) == ('0' * 16,) * 4
+    assert status['NoNewPrivs'] == '1'
+
+
+@pytest.mark.parametrize('name, action, variables, match', [
+    # Not a pair of the allowed directories.
+    ('../../tmp/evil', 'setup', {}, 'is not a playbook pair name'),
+    ('/etc/evil', 'setup', {}, 'is not a playbook pair name'),
+    ('no_such_pair', 'setup', {}, 'no such pair'),
+    ('loose', 'setup', {'pci_address': PF, 'driver': 'iavf'},
+     'may be changed by others than root'),
+    ('sriov_vfs', 'install', {'pci_address': PF, 'num_vfs': 8},
+     'is not a playbook action'),
+    # Variables the pair does not declare, or leaves out.
+    ('sriov_vfs', 'setup', {'pci_address': PF, 'num_vfs': 8,
+                            'sysfs_root': '/'},
+     'declare no variable sysfs_root'),
+    ('sriov_vfs', 'setup', {'pci_address': PF, 'num_vfs': 8,
+                            'ansible_python_interpreter': '/tmp/x'},
+     'declare no variable ansible_python_interpreter'),
+    ('sriov_vfs', 'setup', {'pci_address': PF}, 'need the variable num_vfs'),
+    # Values that fail their declared type.
+    ('sriov_vfs', 'setup', {'pci_address': PF, 'num_vfs': '8'},
+     'num_vfs must be a whole number from 0 to 2048'),
+    ('sriov_vfs', 'setup', {'pci_address': PF, 'num_vfs': 4096},
+     'num_vfs must be a whole number from 0 to 2048'),
+    ('sriov_vfs', 'setup', {'pci_address': PF, 'num_vfs': True},
+     'num_vfs must be a whole number'),
+    ('sriov_vfs', 'setup', {'pci_address': '{{ lookup("pipe", "id") }}',
+                            'num_vfs': 8}, 'pci_address must be a PCI'),
+    ('sriov_vfs', 'setup', {'pci_address': PF + '/../..', 'num_vfs': 8},
+     'pci_address must be a PCI'),
+    ('own_driver', 'setup', {'pci_address': PF, 'driver': 'nvidia'},
+     'driver must be one of vfio-pci, iavf'),
+])
+def test_the_daemon_refuses_what_it_may_not_run(host, name, action,
+                                                variables, match):
+    refused(host, playbook.run_playbook, name, action, variables,
+            match=match)
+
+
+def test_a_pair_through_a_link_is_refused(host, tmp_path):
+    operator = os.path.dirname(host.root) + '/operator'
+    elsewhere = tmp_path / 'elsewhere'
+    elsewhere.mkdir(mode=0o755)
+    write_pair(elsewhere, 'linked')
+    os.symlink(elsewhere / 'linked', os.path.join(operator, 'linked'))
+    try:
+        refused(host, playbook.run_playbook, 'linked', 'setup',
+                {'pci_address': PF, 'driver': 'iavf'},
+                match='no such pair')
+    finally:
+        os.unlink(os.path.join(operator, 'linked'))
