@@ -56,15 +56,19 @@ from cyborg import exception
 from cyborg import rpc
 from cyborg import service
 from cyborg import version as cyborg_version
+from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers import loader
 from cyborg.accelerator.drivers import pci
+from cyborg.agent import device_config
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.clients import placement as placement_client
 from cyborg.conductor import placement_sync
 from cyborg.conductor import rpcapi as conductor_rpcapi
+from cyborg.device_config import status as config_status
 from cyborg.metrics import agent as agent_metrics
 from cyborg.metrics import endpoint as metrics_endpoint
 from cyborg.objects import inventory
+from cyborg.privsep import playbook as privsep_playbook
 
 LOG = log.getLogger(__name__)
 
@@ -159,7 +163,7 @@ class AgentManager:
 
     def __init__(self, conf, drivers, conductor, placement=None,
                  candidates=None, glance=GLANCE_FROM_CONF,
-                 request_report=None):
+                 request_report=None, run_playbook=None):
         self.conf = conf
         self.drivers = drivers
         self.conductor = conductor
@@ -191,6 +195,8 @@ class AgentManager:
         self._loaded = {}
         self._loaded_lock = threading.Lock()
         self.request_report = request_report or self._report_on_a_thread
+        # The privileged playbook runner (cyborg.privsep.playbook).
+        self.run_playbook = run_playbook or privsep_playbook.run_playbook
         # The instances bound to each device as the conductor's last
         # answer named them ({address: [{instance_uuid, project_id}]}),
         # for the metrics endpoint's labels.
@@ -295,6 +301,46 @@ class AgentManager:
             'function_uuid': properties.get('function_uuid'),
             'seconds': round(seconds, 3),
             'programmed': True})
+
+    @_answers_errors
+    @rpc.ignores_unknown_args
+    def apply_device_config(self, context, controlpath_info, kind,
+                            applied_settings, wanted_settings):
+        address = self._discovered_address(controlpath_info)
+        with self._program_lock('device-config', address):
+            try:
+                result = device_config.apply(
+                    kind, address, applied_settings, wanted_settings,
+                    self._privileged_playbook)
+            except base.DriverError as exc:
+                result = {'state': config_status.FAILED,
+                          'failed_task': 'run the playbooks',
+                          'message': str(exc), 'changed': []}
+        LOG.info('Device %s: %s settings %s: %s%s', address, kind,
+                 wanted_settings, result['state'],
+                 ' at %r: %s' % (result['failed_task'], result['message'])
+                 if result['state'] != config_status.APPLIED else '')
+        # Before the answer: the devices, providers and handles that the
+        # change made or removed reach the conductor first.
+        self.report_inventory()
+        return agent_rpcapi.CONFIG_RESULT.dump(result)
+
+    def _privileged_playbook(self, pair, action, variables):
+        with base.privileged('Cannot run the %s playbook of %s'
+                             % (action, pair)):
+            return self.run_playbook(pair, action, variables)
+
+    def _discovered_address(self, controlpath_info):
+        """The PCI address of ``controlpath_info`` if a driver of this
+        agent finds a device there: configuration touches nothing else."""
+        for driver in self.drivers:
+            for device in driver.discover():
+                if (device.controlpath_type == 'PCI'
+                        and device.controlpath_info == controlpath_info):
+                    return _address_text(device.controlpath_info)
+        raise agent_rpcapi.NotOnThisHost(
+            'No driver on host %s finds a device at %s'
+            % (self.conf.host, _address_text(controlpath_info)))
 
     def _holds(self, driver, controlpath_info, wanted, function_uuid):
         """Whether this agent loaded ``wanted`` into the device last and

@@ -18,6 +18,7 @@ Anything else is a bug in the agent and arrives as
 Version history (bump the minor for additions, keep old calls working):
   1.0 ping
   1.1 prepare_attach_handle, release_attach_handle, program
+  1.2 apply_device_config
 
 ``[upgrade_levels] agent`` caps what the conductor sends, as
 ``[upgrade_levels] conductor`` does for the conductor's API (see
@@ -37,7 +38,7 @@ from cyborg import rpc
 from cyborg.accelerator.drivers import base
 from cyborg.objects import payload
 
-VERSION = '1.1'
+VERSION = '1.2'
 
 # An attach handle as the conductor stores it; ``attach_info`` may be the
 # JSON text of its column.
@@ -46,6 +47,10 @@ ATTACH_HANDLE = payload.Kind('attach handle', '1.0',
 BITSTREAM = payload.Kind('bitstream', '1.0', required=('image_id',),
                          optional={'properties': dict})
 PROGRAM_SUMMARY = payload.Kind('programming summary', '1.0')
+CONFIG_RESULT = payload.Kind('configuration result', '1.0',
+                             required=('state',),
+                             optional={'failed_task': None, 'message': '',
+                                       'changed': list})
 
 
 class AgentError(exception.CyborgError):
@@ -89,7 +94,7 @@ def _as_answered(error):
 class AgentAPI:
 
     def __init__(self, transport, timeout=None, program_timeout=None,
-                 version_cap=None):
+                 version_cap=None, config_timeout=None):
         """``version_cap`` is ``[upgrade_levels] agent``."""
         self._transport = transport
         # Preparing or releasing a handle takes seconds; programming an
@@ -98,6 +103,9 @@ class AgentAPI:
         self._program_timeout = (program_timeout if program_timeout
                                  is not None else timeout)
         self._version_cap = version_cap
+        # Two playbooks and a discovery: minutes.
+        self._config_timeout = (config_timeout if config_timeout
+                                is not None else self._program_timeout)
 
     def _call(self, context, host, version, method, timeout=None,
               **kwargs):
@@ -164,3 +172,19 @@ class AgentAPI:
                           driver_name=driver_name,
                           controlpath_info=controlpath_info,
                           bitstream=BITSTREAM.dump(bitstream))
+
+    def apply_device_config(self, context, host, controlpath_info, kind,
+                            applied_settings, wanted_settings,
+                            timeout=None):
+        """Take the device at ``controlpath_info`` (its PCI address) from
+        ``applied_settings`` (None: as discovered) to ``wanted_settings``
+        of ``kind``: its teardown and setup playbooks, then a new
+        discovery and report. Returns ``{'state': 'applied' | 'failed',
+        'failed_task', 'message', 'changed'}``; a second call with the
+        same settings changes nothing."""
+        return CONFIG_RESULT.load(self._call(
+            context, host, '1.2', 'apply_device_config',
+            timeout=timeout or self._config_timeout,
+            controlpath_info=controlpath_info, kind=kind,
+            applied_settings=applied_settings,
+            wanted_settings=wanted_settings))

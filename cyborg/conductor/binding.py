@@ -50,6 +50,7 @@ from cyborg.conductor import bitstreams
 from cyborg.conductor import membership as membership_module
 from cyborg.db import models
 from cyborg.db.api import arqs as db
+from cyborg.db.api import device_config_status as config_db
 from cyborg.db.api import device_health
 from cyborg.metrics import conductor as conductor_metrics
 from cyborg.notifications import emit
@@ -334,6 +335,10 @@ class Binder:
                                                      deployable['hostname']))
 
             def program_or_check():
+                # After the handle is taken: a drain that started before
+                # counts it in use and waits; one that starts after it
+                # is seen here.
+                self._check_not_configuring(context, deployable)
                 if holder is not None:
                     self._program_for_bind(context, item, deployable,
                                            handle, request)
@@ -458,6 +463,17 @@ class Binder:
         db.renew_deadlines(context, [item['id']], self.owner,
                            self.bind_timeout)
         return holder
+
+    def _check_not_configuring(self, context, deployable):
+        """No new bind on a device whose configuration is changing (or
+        failed to): what it offers is about to change."""
+        with context.db.read_connection(context) as connection:
+            state = config_db.state_of_deployable(connection,
+                                                  deployable['id'])
+        if state in config_db.HELD:
+            raise BindRefused('The device of deployable %s is out of '
+                              'scheduling: its configuration is %s.'
+                              % (deployable['name'], state))
 
     def _check_not_reserved(self, context, deployable):
         """A bind that programs nothing may not take a handle of a card

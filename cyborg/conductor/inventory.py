@@ -98,6 +98,9 @@ class ProviderDeployable:
     quarantined: bool = False
     # Which deployables it may share a pooled provider with; None: never.
     pool: PoolKey | None = None
+    # Its device's configuration is changing or failed: nothing new is
+    # scheduled on it until it is applied.
+    configuring: bool = False
 
     @property
     def num_accelerators(self):
@@ -105,7 +108,8 @@ class ProviderDeployable:
 
     @property
     def reserved_fully(self):
-        return self.disabled or self.missing or self.quarantined
+        return (self.disabled or self.missing or self.quarantined
+                or self.configuring)
 
 
 class InventoryChanges:
@@ -649,6 +653,7 @@ def _stored_listing(deployable, device, missing):
         disabled=device.status == MAINTAINING, missing=missing,
         rp_uuid=deployable.rp_uuid,
         quarantined=device_health.effective_quarantine(device),
+        configuring=device.config_held,
         pool=pool_key(
             device.type, device.vendor, device.model, board,
             deployable.parent_id, deployable.driver_name,

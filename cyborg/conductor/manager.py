@@ -35,6 +35,7 @@ from cyborg import version as cyborg_version
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.clients import placement as placement_client
 from cyborg.conductor import binding
+from cyborg.conductor import device_config
 from cyborg.conductor import health as health_module
 from cyborg.conductor import host_sync
 from cyborg.conductor import membership as membership_mod
@@ -427,6 +428,18 @@ class ConductorService(service.Service):
         self.add_periodic('placement-reconcile',
                           conf.conductor.reconcile_interval,
                           _PlacementPass(sync.reconcile, context,
+                                         self.membership).run)
+        # Device configuration: drain, apply through the agent, release.
+        rollout = device_config.Rollout(
+            sync,
+            agent_rpcapi.AgentAPI(
+                transport, timeout=conf.conductor.agent_timeout,
+                config_timeout=conf.conductor.agent_config_timeout,
+                version_cap=conf.upgrade_levels.agent),
+            drain_hosts=conf.conductor.config_drain_hosts,
+            notifier=notifier)
+        self.add_periodic('device-config', conf.conductor.config_interval,
+                          _PlacementPass(rollout.run_pass, context,
                                          self.membership).run)
         # Devices healthy for the hold-down leave their quarantine.
         self.add_periodic('quarantine-release',

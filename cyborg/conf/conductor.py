@@ -98,6 +98,30 @@ opts = [
                     'shorter, and releases the devices that have been '
                     'healthy that long. An operator override of the device '
                     '(ignore or quarantine) wins over both.'),
+    cfg.IntOpt('config_interval',
+               default=10,
+               min=1,
+               help='Seconds between two passes of the device '
+                    'configuration rollout over the hosts this conductor '
+                    'owns: a pending device is drained (its inventory '
+                    'reserved in Placement), applied by its agent once no '
+                    'attach handle of it is in use, and released.'),
+    cfg.IntOpt('config_drain_hosts',
+               default=1,
+               min=1,
+               help='How many hosts of one device configuration policy may '
+                    'be draining or applying at once; the others wait, '
+                    'pending.'),
+    cfg.IntOpt('agent_config_timeout',
+               default=1860,
+               min=10,
+               help='Seconds the conductor waits for an agent to apply a '
+                    'device configuration (its teardown and setup '
+                    'playbooks, each within the agent\'s [device_config] '
+                    'playbook_timeout, and a new discovery). On a timeout '
+                    'the device stays applying and the next pass asks '
+                    'again: an applied setting is a no-op the second '
+                    'time.'),
 ]
 
 

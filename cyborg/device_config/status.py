@@ -13,3 +13,6 @@ APPLYING = 'applying'
 APPLIED = 'applied'
 FAILED = 'failed'
 STATES = (PENDING, DRAINING, APPLYING, APPLIED, FAILED)
+# Out of scheduling while in these: the device's providers are fully
+# reserved in Placement and no new bind takes one of its handles.
+HELD = (DRAINING, APPLYING, FAILED)

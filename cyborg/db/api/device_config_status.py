@@ -7,6 +7,16 @@ new winner, or new settings of the same winner, make the row pending
 again; a device no policy selects loses its row. The facts that
 selection and the checks read come from ``device_facts``. All functions
 take a Core connection inside the caller's transaction.
+
+A device whose row is draining, applying or failed (``HELD``) is out of
+scheduling: its providers are fully reserved in Placement and no new
+bind takes one of its handles. Every write that moves a row into or out
+of ``HELD`` bumps its host's desired Placement generation in the same
+transaction, so that a sync follows.
+
+The rollout (``cyborg.conductor.device_config``) moves rows along with
+``start_drain`` (pending to draining, at most ``limit`` hosts of a policy
+at once) and ``move`` (a compare-and-set from one state to the next).
 """
 
 import dataclasses
@@ -15,13 +25,23 @@ import json
 import sqlalchemy as sa
 
 from cyborg.db import models
+from cyborg.db.api import host_sync_states
 from cyborg.device_config import selection
 from cyborg.device_config import status as config_status
 from cyborg.objects import inventory
 
 PENDING = config_status.PENDING
+DRAINING = config_status.DRAINING
+APPLYING = config_status.APPLYING
+APPLIED = config_status.APPLIED
+FAILED = config_status.FAILED
+HELD = config_status.HELD
+# Rows that count against a policy's limit of hosts draining at once.
+_ROLLING = (DRAINING, APPLYING)
 
 status = models.DeviceConfigStatus.__table__
+_policies = models.DeviceConfigPolicy.__table__
+_handles = models.AttachHandle.__table__
 _devices = models.Device.__table__
 _controlpaths = models.ControlPathID.__table__
 _deployables = models.Deployable.__table__
@@ -136,12 +156,15 @@ def reconcile(connection, all_policies, devices):
         sa.select(status).where(status.c.device_id.in_(ids)))}
     now = models.utcnow()
     changes = []
+    held_changed = set()
     for device in devices:
         row, policy = rows.get(device.id), won.get(device.id)
         if policy is None:
             if row is not None:
                 connection.execute(sa.delete(status).where(
                     status.c.id == row.id))
+                if row.state in HELD:
+                    held_changed.add(device.hostname)
                 changes.append(_change(device, by_id[row.policy_id],
                                        row.state, None, row.wanted_settings))
             continue
@@ -159,9 +182,17 @@ def reconcile(connection, all_policies, devices):
                 policy_id=policy.id, wanted_settings=policy.settings,
                 state=PENDING, failed_task=None, message=None,
                 updated_at=now))
+            if row.state in HELD:
+                held_changed.add(device.hostname)
             changes.append(_change(device, policy, row.state, PENDING,
                                    policy.settings))
+    _bump(connection, held_changed)
     return changes
+
+
+def _bump(connection, hostnames):
+    for hostname in sorted(hostnames):
+        host_sync_states.bump_desired(connection, hostname)
 
 
 def _change(device, policy, old_state, state, wanted):
@@ -179,6 +210,7 @@ def remove(connection, policy):
         .where(status.c.policy_id == policy.id)).all()
     connection.execute(sa.delete(status).where(
         status.c.policy_id == policy.id))
+    _bump(connection, {r.hostname for r in rows if r.state in HELD})
     return [Change(device_uuid=r.uuid, hostname=r.hostname,
                    policy_uuid=policy.uuid, policy_name=policy.name,
                    old_state=r.state, state=None,
@@ -194,3 +226,114 @@ def list_status(connection, policy_id):
         .join(_devices, _devices.c.id == status.c.device_id)
         .where(status.c.policy_id == policy_id)
         .order_by(_devices.c.hostname, _devices.c.uuid)).all()
+
+
+# -- the rollout ---------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """A status row as the rollout needs it."""
+
+    id: int
+    state: str
+    device_id: int
+    device_uuid: str
+    hostname: str
+    controlpath_info: dict | None
+    policy_id: int
+    policy_uuid: str
+    policy_name: str
+    kind: str
+    wanted_settings: dict
+    applied_settings: dict | None
+
+
+def work_of_hosts(connection, hostnames, states):
+    """The rows in ``states`` of devices on ``hostnames`` (present ones),
+    oldest first."""
+    if not hostnames:
+        return []
+    rows = connection.execute(
+        sa.select(status.c.id, status.c.state, status.c.device_id,
+                  _devices.c.uuid, _devices.c.hostname,
+                  _controlpaths.c.cpid_info, status.c.policy_id,
+                  _policies.c.uuid, _policies.c.name, _policies.c.kind,
+                  status.c.wanted_settings, status.c.applied_settings)
+        .join(_devices, _devices.c.id == status.c.device_id)
+        .join(_policies, _policies.c.id == status.c.policy_id)
+        .outerjoin(_controlpaths, sa.and_(
+            _controlpaths.c.device_id == _devices.c.id,
+            _controlpaths.c.cpid_type == 'PCI'))
+        .where(_devices.c.hostname.in_(sorted(hostnames)),
+               _devices.c.missing_since.is_(None),
+               status.c.state.in_(states))
+        .order_by(status.c.id)).all()
+    seen = set()
+    work = []
+    for row in rows:
+        if row[0] in seen:  # a device with several PCI control paths
+            continue
+        seen.add(row[0])
+        info = json.loads(row[5]) if row[5] else None
+        work.append(Work(*row[:5], info, *row[6:]))
+    return work
+
+
+def hosts_of(connection):
+    """Every host with a status row."""
+    return set(connection.execute(
+        sa.select(_devices.c.hostname).distinct()
+        .join(status, status.c.device_id == _devices.c.id)).scalars())
+
+
+def start_drain(connection, work, limit):
+    """Move ``work`` from pending to draining unless ``limit`` other
+    hosts of its policy are draining or applying already; whether it
+    moved. The policy's row is locked first, so that the rollouts of one
+    policy on several hosts (several conductors) take turns here."""
+    connection.execute(sa.select(_policies.c.id).where(
+        _policies.c.id == work.policy_id).with_for_update())
+    busy = connection.execute(
+        sa.select(sa.func.count(sa.distinct(_devices.c.hostname)))
+        .select_from(status.join(_devices,
+                                 _devices.c.id == status.c.device_id))
+        .where(status.c.policy_id == work.policy_id,
+               status.c.state.in_(_ROLLING),
+               _devices.c.hostname != work.hostname)).scalar_one()
+    if busy >= limit:
+        return False
+    return move(connection, work, PENDING, DRAINING)
+
+
+def move(connection, work, from_state, to_state, **values):
+    """Compare-and-set the row of ``work`` from ``from_state`` to
+    ``to_state`` (with ``values``) if it still wants the same settings;
+    whether it moved."""
+    moved = connection.execute(
+        sa.update(status).where(
+            status.c.id == work.id, status.c.state == from_state,
+            status.c.policy_id == work.policy_id)
+        .values(state=to_state, updated_at=models.utcnow(), **values))
+    if moved.rowcount != 1:
+        return False
+    if (from_state in HELD) != (to_state in HELD):
+        host_sync_states.bump_desired(connection, work.hostname)
+    return True
+
+
+def handles_in_use(connection, device_id):
+    """How many attach handles of the device are in use."""
+    return connection.execute(
+        sa.select(sa.func.count()).select_from(_handles.join(
+            _deployables, _deployables.c.id == _handles.c.deployable_id))
+        .where(_deployables.c.device_id == device_id,
+               _handles.c.in_use == sa.true())).scalar_one()
+
+
+def state_of_deployable(connection, deployable_id):
+    """The configuration state of the deployable's device; None if no
+    policy selects it."""
+    return connection.execute(
+        sa.select(status.c.state)
+        .join(_deployables, _deployables.c.device_id == status.c.device_id)
+        .where(_deployables.c.id == deployable_id)).scalar_one_or_none()

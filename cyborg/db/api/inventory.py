@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from cyborg.db import models
 from cyborg.db.api import locking
+from cyborg.device_config import status as config_states
 
 devices = models.Device.__table__
 controlpaths = models.ControlPathID.__table__
@@ -26,6 +27,7 @@ attributes = models.Attribute.__table__
 DRIVER_ORIGIN = 'driver'
 attach_handles = models.AttachHandle.__table__
 arqs = models.ExtendedAcceleratorRequest.__table__
+config_status = models.DeviceConfigStatus.__table__
 
 
 def _raw(column):
@@ -97,6 +99,9 @@ class StoredDevice:
     # For device_health.effective_quarantine.
     quarantined: bool = False
     health_override: str | None = None
+    # Its configuration is being changed, or failed
+    # (device_config_status.HELD): out of scheduling.
+    config_held: bool = False
     deployables: dict = dataclasses.field(default_factory=dict)  # by name
 
     @property
@@ -115,7 +120,11 @@ _READ_DEVICES = (
               devices.c.status, devices.c.missing_since,
               controlpaths.c.id.label('cpid_id'),
               controlpaths.c.cpid_type, controlpaths.c.cpid_info,
-              devices.c.quarantined, devices.c.health_override)
+              devices.c.quarantined, devices.c.health_override,
+              sa.exists().where(
+                  config_status.c.device_id == devices.c.id,
+                  config_status.c.state.in_(config_states.HELD))
+              .label('config_held'))
     .select_from(devices.outerjoin(
         controlpaths, controlpaths.c.device_id == devices.c.id))
     .where(devices.c.hostname == sa.bindparam('hostname'))
