@@ -113,8 +113,8 @@ def check_pair(directory):
     failures, warnings = [], []
     name = os.path.basename(directory)
     if not declared.PAIR_NAME.fullmatch(name):
-        return ['%r is not a pair name (lower-case letters, digits and _)'
-                % name], []
+        return (['%r is not a pair name (letters, digits, _ and -)'
+                 % name], [])
     shipped = os.path.join(playbook.SHIPPED, name)
     if (os.path.isdir(shipped)
             and os.path.realpath(directory) != os.path.realpath(shipped)):

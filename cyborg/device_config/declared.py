@@ -26,7 +26,7 @@ PAIR_FILES = ('setup.yml', 'teardown.yml', 'variables.yml')
 ACTIONS = ('setup', 'teardown')
 # Set by the privileged side, never by the caller.
 RESERVED = ('sysfs_root', 'nvml_library')
-PAIR_NAME = re.compile(r'[a-z0-9][a-z0-9_]{0,63}')
+PAIR_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9_-]{0,254}')
 VARIABLE_NAME = re.compile(r'[a-z_][a-z0-9_]{0,63}')
 PCI_ADDRESS = re.compile(r'[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
 MAX_LENGTH = 255

@@ -89,8 +89,8 @@ def directories():
 def find_pair(name):
     """The directory of pair ``name``, checked as the module says."""
     if not isinstance(name, str) or not declared.PAIR_NAME.fullmatch(name):
-        raise checks.InvalidArgument('%r is not a playbook pair name (lower-'
-                                     'case letters, digits and _)' % (name,))
+        raise checks.InvalidArgument('%r is not a playbook pair name '
+                                     '(letters, digits, _ and -)' % (name,))
     what = 'playbook pair %s' % name
     for top in directories():
         directory = os.path.join(top, name)
