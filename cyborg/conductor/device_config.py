@@ -1,7 +1,9 @@
 """The device configuration rollout: each selected device taken from
 pending to applied, on the hosts this conductor owns on the ring.
 
-A pass moves every row of an owned host as far as it can go now:
+A pass moves every row of an owned host as far as it can go now, the
+hosts side by side (as many at once as may drain), the devices of one
+host one after another:
 
 - pending: the device already holds what is wanted (the policy was
   renamed or its priority changed): applied at once. Otherwise it starts
@@ -23,6 +25,7 @@ Every move is a compare-and-set of the row: a policy changed meanwhile
 (the row pending again) wins over a move decided before it.
 """
 
+import concurrent.futures
 import dataclasses
 import logging
 
@@ -56,7 +59,22 @@ class Rollout:
             hosts = [h for h in config_db.hosts_of(connection)
                      if membership is None or membership.owns(h)]
             work = config_db.work_of_hosts(connection, hosts, _STATES)
+        by_host = {}
         for item in work:
+            by_host.setdefault(item.hostname, []).append(item)
+        if not by_host:
+            return
+        # Hosts side by side, as many as may drain at once; the devices
+        # of one host one after another.
+        workers = max(1, min(len(by_host), self.drain_hosts))
+        with concurrent.futures.ThreadPoolExecutor(
+                workers, thread_name_prefix='device-config') as pool:
+            for future in [pool.submit(self._advance_host, context, items)
+                           for items in by_host.values()]:
+                future.result()
+
+    def _advance_host(self, context, items):
+        for item in items:
             try:
                 self.advance(context, item)
             except Exception:  # one device does not stop the others

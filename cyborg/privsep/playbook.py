@@ -108,7 +108,7 @@ def find_pair(name):
                                  % (what, ', '.join(directories())))
 
 
-def checked_run(name, action, variables):
+def checked_run(name, action, variables, sysfs_root):
     """(pair directory, extra variables) of a run the daemon may make."""
     if action not in declared.ACTIONS:
         raise checks.InvalidArgument('%r is not a playbook action (%s)'
@@ -120,7 +120,7 @@ def checked_run(name, action, variables):
         declared.check_values(declaration, variables)
     except declared.Invalid as exc:
         raise checks.InvalidArgument('playbook pair %s: %s' % (name, exc))
-    return directory, dict(variables, sysfs_root=checks.sysfs_root())
+    return directory, dict(variables, sysfs_root=sysfs_root)
 
 
 @agent_pctxt.entrypoint
@@ -130,8 +130,16 @@ def run_playbook(name, action, variables, check_mode=False):
     Answers the runner's summary (``playbook_runner.summary``)."""
     if not isinstance(check_mode, bool):
         raise checks.InvalidArgument('check_mode must be true or false')
-    directory, extravars = checked_run(name, action, variables)
-    timeout = checks.daemon_conf().device_config.playbook_timeout
+    return run(name, action, variables, check_mode, checks.sysfs_root(),
+               checks.daemon_conf().device_config.playbook_timeout)
+
+
+def run(name, action, variables, check_mode, sysfs_root, timeout):
+    """``run_playbook`` against the tree at ``sysfs_root``, within
+    ``timeout`` seconds: what the entry point does with the daemon's
+    own configuration (and tools that simulate many hosts, each with a
+    tree of its own, with theirs)."""
+    directory, extravars = checked_run(name, action, variables, sysfs_root)
     setpriv = shutil.which('setpriv')
     if setpriv is None:
         raise PlaybookError('setpriv (util-linux), which runs playbooks '

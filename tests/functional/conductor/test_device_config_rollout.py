@@ -1,8 +1,9 @@
 """Device configuration from policy to hardware, on each database engine:
 the API stores an SR-IOV policy, the conductor's rollout drains the PF
 in a real Placement, the agent runs the shipped playbooks with the real
-ansible-runner (its privileged entry point in the test process) against
-a copy of the recorded X710, discovers again and reports.
+ansible-runner (the privileged side's ``playbook.run``, checks and all,
+in the test process, each host against a tree of its own: a copy of the
+recorded X710), discovers again and reports.
 
 The kernel is played by ``Kernel``: after each playbook run it makes the
 VFs that ``sriov_numvfs`` asks for, as the i40e driver would, and records
@@ -28,7 +29,6 @@ from cyborg.conductor import device_config
 from cyborg.conductor import host_sync
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db import models
-from cyborg.privsep import checks
 from cyborg.privsep import playbook
 from tests import arq_stack
 from tests.conftest import make_conf
@@ -76,8 +76,8 @@ class Kernel:
         self.offered_while_applying.append(nic_inventory(self.placement,
                                                          self.host))
         self.rig.timeline.append((self.host, action, self.rig.rolling()))
-        with checks_root(self.root):
-            result = playbook.run_playbook(pair, action, variables)
+        result = playbook.run(pair, action, variables, False, self.root,
+                              timeout=120)
         try:
             with open(self.numvfs_file()) as f:
                 written = f.read().strip()
@@ -104,19 +104,6 @@ def nic_inventory(placement_client, host=HOST):
             nic = inventory['CUSTOM_NIC']
             return nic['total'], nic['reserved']
     return None
-
-
-@contextlib.contextmanager
-def checks_root(root):
-    """The privileged entry points' sysfs root is ``root`` meanwhile
-    (each host of a rig has a tree of its own)."""
-    conf = checks.daemon_conf()
-    before = conf.pci.sysfs_root
-    conf.set_override('sysfs_root', root, group='pci')
-    try:
-        yield
-    finally:
-        conf.set_override('sysfs_root', before, group='pci')
 
 
 class Rig:
@@ -195,9 +182,8 @@ def arq_stack_conf(conf, host):
 
 
 @pytest.fixture
-def rig(conf, db, tmp_path, privileged_on, placement):  # noqa: F811
+def rig(conf, db, tmp_path, placement):  # noqa: F811
     """The ``Rig`` with one host, HOST; its kernel is ``rig.kernel``."""
-    privileged_on(str(tmp_path))
     with contextlib.ExitStack() as stack:
         made = Rig(conf, db, tmp_path, placement, stack)
         made.kernel = made.add_host(HOST)
