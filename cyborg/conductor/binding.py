@@ -63,6 +63,11 @@ LOG = log.getLogger(__name__)
 _PROCESS = uuidlib.uuid4().hex[:12]
 # How often a bind that waits for a card's reservation looks again.
 RESERVATION_POLL = 0.2
+# Seconds after its start by which a conductor has received every cast
+# that waited in its queue: a bind addressed to it before it started and
+# still unclaimed then was received by its previous process, which died
+# before claiming it.
+LOST_CAST_GRACE = 10
 
 
 class BindRefused(exception.Conflict):
@@ -138,6 +143,7 @@ class Binder:
         self.membership = (membership if membership is not None
                            else membership_module.SoleMembership(self.owner))
         self.stopping = threading.Event()
+        self.started_at = models.utcnow()
 
     @property
     def bind_timeout(self):
@@ -172,13 +178,19 @@ class Binder:
 
     def take_over(self, context):
         """Claim and finish the binds of dead conductors on the hosts this
-        conductor owns on the ring, and binds never claimed by anyone
-        for longer than ``bind_timeout`` (their cast was lost). Returns
-        how many it took."""
+        conductor owns on the ring, binds never claimed by anyone for
+        longer than ``bind_timeout`` (their cast was lost), and binds
+        addressed to this conductor before it started that it has not
+        claimed ``LOST_CAST_GRACE`` seconds after (its previous process
+        received the cast and died before claiming). Returns how many it
+        took."""
         membership = self.membership.current()
         now = models.utcnow()
         cutoff = now - datetime.timedelta(seconds=self.bind_timeout)
         orphans = {}  # previous owner (None: nobody) -> [uuid]
+        lost_before = (self.started_at if now >= self.started_at
+                       + datetime.timedelta(seconds=LOST_CAST_GRACE)
+                       else None)
         for row in db.binds_in_progress(context):
             owner = row.bind_conductor
             claimed = row.bind_deadline is not None
@@ -186,7 +198,11 @@ class Binder:
                 continue  # resume's
             if claimed and row.bind_deadline < now:
                 continue  # overdue: fail_overdue's, not to be bound late
-            if owner is None or owner == self.owner:
+            if (owner == self.owner and lost_before is not None
+                    and row.bind_started_at is not None
+                    and row.bind_started_at < lost_before):
+                pass  # its cast went to this conductor's previous process
+            elif owner is None or owner == self.owner:
                 # Queued for a conductor (this one, or whichever takes the
                 # cast): its cast comes, unless it was lost long ago.
                 if (not membership.owns(row.hostname or '')

@@ -237,6 +237,39 @@ def test_binds_queued_for_a_conductor_survive_its_start(
         unclaimed + addressed, states.BOUND)
 
 
+def test_binds_addressed_to_a_conductors_previous_process_are_adopted(
+        conf, db, api, fpga_rp, profile, admin_context):
+    """Killed after it received the cast and before it claimed the
+    binds: once restarted and past LOST_CAST_GRACE, the conductor binds
+    them without waiting for bind_timeout. A bind addressed to it since
+    it started is still left to its cast."""
+    before = started_binds(api, admin_context, fpga_rp, count=1)
+    since = started_binds(api, admin_context, fpga_rp, count=1)
+    binder = binding.Binder(conf, arq_stack.NoAgent(), owner=ME,
+                            membership=conductors(admin_context))
+    work = recovery.Recovery(binder, admin_context)
+
+    def started(seconds_ago):
+        """The binder started ``seconds_ago``; ``before`` was addressed
+        to it 2 s before that, ``since`` 1 s after."""
+        binder.started_at = models.utcnow() - datetime.timedelta(
+            seconds=seconds_ago)
+        with db.engine.begin() as conn:
+            for uuids, offset in ((before, -2), (since, 1)):
+                conn.execute(sa.update(ARQ).where(ARQ.uuid.in_(uuids)).values(
+                    bind_conductor=ME, bind_started_at=binder.started_at
+                    + datetime.timedelta(seconds=offset)))
+
+    # Just started: its queue may still hold the casts.
+    started(0)
+    assert work.take_over() == 0
+
+    started(binding.LOST_CAST_GRACE + 5)
+    assert work.take_over() == 1
+    assert state_of(db, before + since) == {
+        before[0]: states.BOUND, since[0]: states.BIND_STARTED}
+
+
 def test_binds_no_conductor_claimed_in_bind_timeout_are_adopted(
         conf, db, api, fpga_rp, profile, admin_context):
     """A cast that never reached a conductor: after bind_timeout the ring
