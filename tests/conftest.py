@@ -17,6 +17,19 @@ from tests import db_servers
 from tests import privsep_rig
 
 
+def pytest_terminal_summary(terminalreporter):
+    """The boots through Nova (``tests/functional/nova``), one line each
+    with its time and the service's share, after the run."""
+    lines = [value for reports in terminalreporter.stats.values()
+             for report in reports
+             for name, value in getattr(report, 'user_properties', ())
+             if name == 'nova_boot']
+    if lines:
+        terminalreporter.section('boots through Nova')
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 def make_conf(connection, **overrides):
     """A fresh configuration: noauth, the given database, any overrides.
 

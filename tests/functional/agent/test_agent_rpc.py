@@ -60,7 +60,8 @@ def agent_api(vhost_url):  # noqa: F811
 def test_answers_and_errors_cross_rabbitmq(agent_api):
     api, manager = agent_api
     context = cyborg_context.admin_context(None)
-    assert api.ping(context, HOST) == {'host': HOST, 'version': '1.1',
+    assert api.ping(context, HOST) == {'host': HOST,
+                                       'version': agent_rpcapi.VERSION,
                                        'drivers': ['fake_driver']}
     handle = fake.FakeDriver(None, None).discover()[0].deployables[
         0].attach_handles[0]

@@ -16,6 +16,8 @@ from tests.functional.nova import servers as nova_servers
 from tests.glance_service import glance_service  # noqa: F401
 from tests.nova_cloud import nova_cloud  # noqa: F401
 
+# The user property that carries a boot's line (``servers.report``).
+BOOT_LINE = 'nova_boot'
 FPGA_GROUP = {'resources:FPGA': '1', 'trait:CUSTOM_FAKE_DEVICE': 'required'}
 
 
@@ -26,6 +28,11 @@ SHARED = pytest.mark.xdist_group('nova_cloud')
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
+    if call.when == 'call':
+        # Carried to the controller under xdist, printed in the summary.
+        report.user_properties.extend(
+            (BOOT_LINE, line) for line in nova_servers.REPORTED)
+        nova_servers.REPORTED.clear()
     if report.failed and 'nova_cloud' in item.fixturenames:
         cloud = item.funcargs.get('nova_cloud')
         if cloud is not None:

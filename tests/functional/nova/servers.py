@@ -270,6 +270,12 @@ def service_share(cloud, server_id, arq_created):
                  max(events, default=None), outcome)
 
 
+# The lines ``report`` made during the test now running; the Nova tests'
+# conftest moves them onto the test's report, and the run's summary
+# prints them (``tests/conftest.py``).
+REPORTED = []
+
+
 def report(label, boot_result, share=None):
     """One line for the run's output."""
     line = '%s: %s %s after %.2f s' % (label, boot_result.id,
@@ -282,6 +288,7 @@ def report(label, boot_result, share=None):
                  '(%s)' % (_ms(share.arq_create), _ms(share.bind),
                            _ms(share.bind_to_event), share.event))
     print(line)
+    REPORTED.append(line)
     return line
 
 

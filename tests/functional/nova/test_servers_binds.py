@@ -44,8 +44,9 @@ def test_a_bind_that_programs_a_bitstream_is_waited_for(cloud):
     # nova-compute was waiting: Nova took the event.
     assert share.event == 'accepted'
     assert booted.seconds >= PROGRAM_SECONDS
-    deployable, = cloud.cyborg_call('GET', '/v2/deployables').json()[
-        'deployables']
+    deployable, = [d for d in cloud.cyborg_call(
+        'GET', '/v2/deployables').json()['deployables']
+        if d['rp_uuid'] == cloud.fpga_rp]
     assert deployable['bitstream_id'] == bitstream
     held = nova_servers.wait_consistent(cloud)
     assert held.allocations == {booted.id: 1}

@@ -69,6 +69,15 @@ def _create_file(cloud):
                         nova_cloud.VGPU_TYPE, 'create')
 
 
+def _available(cloud, count):
+    """The kernel counts the instances the type still offers: one less
+    while an mdev exists (the driver offers available plus made)."""
+    path = os.path.join(os.path.dirname(_create_file(cloud)),
+                        'available_instances')
+    with open(path, 'w') as f:
+        f.write(str(count))
+
+
 def _boot_vgpu(cloud, flavor, name):
     booted, = nova_servers.boot_many(cloud, flavor, 1, name)
     nova_servers.report('vGPU boot', booted)
@@ -96,6 +105,7 @@ def test_a_vgpu_is_made_for_each_bind_and_removed_with_its_server(cloud):
         assert f.read() == arq['attach_handle_uuid']
     mdev = sysfs.kernel_creates_mdev(cloud.sysfs_root, nova_cloud.T4,
                                      nova_cloud.VGPU_TYPE)
+    _available(cloud, nova_cloud.VGPUS - 1)
     held = nova_servers.wait_consistent(cloud)
     assert held.allocations == {first.id: 1}
 
@@ -106,6 +116,7 @@ def test_a_vgpu_is_made_for_each_bind_and_removed_with_its_server(cloud):
     with open(os.path.join(mdev, 'remove')) as f:
         assert f.read() == '1'
     sysfs.kernel_removes_mdev(cloud.sysfs_root, mdev)
+    _available(cloud, nova_cloud.VGPUS)
 
     # The next server's mdev has a name of its own, even on the same
     # attach handle: a late release of the first cannot remove it.
