@@ -334,10 +334,11 @@ class AgentManager:
         """The PCI address of ``controlpath_info`` if a driver of this
         agent finds a device there: configuration touches nothing else."""
         for driver in self.drivers:
-            for device in driver.discover():
-                if (device.controlpath_type == 'PCI'
-                        and device.controlpath_info == controlpath_info):
-                    return _address_text(device.controlpath_info)
+            try:
+                device = self._find_device(driver, controlpath_info)
+            except agent_rpcapi.NotOnThisHost:
+                continue
+            return _address_text(device.controlpath_info)
         raise agent_rpcapi.NotOnThisHost(
             'No driver on host %s finds a device at %s'
             % (self.conf.host, _address_text(controlpath_info)))

@@ -125,9 +125,7 @@ def check_pair(directory):
     if missing:
         return failures + ['missing %s' % ', '.join(missing)], warnings
     try:
-        playbook.trusted_chain(directory, name)
-        for file_name in declared.PAIR_FILES:
-            playbook.trusted_chain(os.path.join(directory, file_name), name)
+        playbook.check_ownership(directory, 'playbook pair %s' % name)
     except checks.InvalidArgument as exc:
         failures.append(str(exc))
     try:

@@ -380,12 +380,13 @@ class ConductorService(service.Service):
         notifier = notifier_module.Notifier(conf, notifier_module.CONDUCTOR)
         # Registered first, so run last: after the binds have stopped.
         self.on_stop(notifier.close)
+        agent = agent_rpcapi.AgentAPI(
+            transport, timeout=conf.conductor.agent_timeout,
+            program_timeout=conf.conductor.agent_program_timeout,
+            config_timeout=conf.conductor.agent_config_timeout,
+            version_cap=conf.upgrade_levels.agent)
         binder = binding.Binder(
-            conf,
-            agent_rpcapi.AgentAPI(
-                transport, timeout=conf.conductor.agent_timeout,
-                program_timeout=conf.conductor.agent_program_timeout,
-                version_cap=conf.upgrade_levels.agent),
+            conf, agent,
             nova=self._nova if self._nova is not None else _nova(conf),
             glance=(self._glance if self._glance is not None
                     else _glance(conf)),
@@ -431,12 +432,7 @@ class ConductorService(service.Service):
                                          self.membership).run)
         # Device configuration: drain, apply through the agent, release.
         rollout = device_config.Rollout(
-            sync,
-            agent_rpcapi.AgentAPI(
-                transport, timeout=conf.conductor.agent_timeout,
-                config_timeout=conf.conductor.agent_config_timeout,
-                version_cap=conf.upgrade_levels.agent),
-            drain_hosts=conf.conductor.config_drain_hosts,
+            sync, agent, drain_hosts=conf.conductor.config_drain_hosts,
             notifier=notifier)
         self.add_periodic('device-config', conf.conductor.config_interval,
                           _PlacementPass(rollout.run_pass, context,

@@ -96,16 +96,22 @@ def find_pair(name):
         directory = os.path.join(top, name)
         if not os.path.isdir(directory) or os.path.islink(directory):
             continue
-        trusted_chain(directory, what)
-        for file_name in declared.PAIR_FILES:
-            path = os.path.join(directory, file_name)
-            _trusted(path, what)
-            if not stat.S_ISREG(os.lstat(path).st_mode):
-                raise checks.InvalidArgument('%s: %s is not a regular file'
-                                             % (what, path))
+        check_ownership(directory, what)
         return directory
     raise checks.InvalidArgument('%s: no such pair in %s'
                                  % (what, ', '.join(directories())))
+
+
+def check_ownership(directory, what):
+    """Refuse the pair in ``directory`` unless it, every directory
+    above it and its files (regular ones) are root's alone."""
+    trusted_chain(directory, what)
+    for file_name in declared.PAIR_FILES:
+        path = os.path.join(directory, file_name)
+        _trusted(path, what)
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            raise checks.InvalidArgument('%s: %s is not a regular file'
+                                         % (what, path))
 
 
 def checked_run(name, action, variables, sysfs_root):

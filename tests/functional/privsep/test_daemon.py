@@ -49,6 +49,9 @@ exit "$(cat %(record)s/exit-status 2>/dev/null || echo 0)"
 
 
 class Host:
+    # The PCI functions written afresh for each test.
+    functions = FUNCTIONS
+
     def __init__(self, directory):
         self.directory = directory
         self.root = directory / 'host'
@@ -61,7 +64,7 @@ class Host:
             shutil.rmtree(path, ignore_errors=True)
         self.outside.mkdir()
         self.record.mkdir()
-        sysfs.build(str(self.root), FUNCTIONS)
+        sysfs.build(str(self.root), self.functions)
         return self
 
     def path(self, relative):

@@ -10,7 +10,6 @@ it was.
 """
 
 import os
-import shutil
 import textwrap
 
 import pytest
@@ -20,7 +19,6 @@ from tests import privsep_rig
 from tests.functional.privsep.test_daemon import Host
 from tests.functional.privsep.test_daemon import refused
 from tests.unit.drivers.trees import hosts
-from tests.unit.drivers.trees import sysfs
 
 PF = hosts.X710_P0.bdf
 FUNCTIONS = [f for f in hosts.IO_HOST
@@ -64,12 +62,10 @@ dest: {type: string, pattern: '/[A-Za-z0-9_./-]+'}
 
 
 class IOHost(Host):
+    functions = FUNCTIONS
+
     def fresh(self):
-        for path in (self.root, self.outside, self.record):
-            shutil.rmtree(path, ignore_errors=True)
-        self.outside.mkdir()
-        self.record.mkdir()
-        sysfs.build(str(self.root), FUNCTIONS)
+        super().fresh()
         # The attribute an operator's pair below writes.
         self.path('sys/bus/pci/devices/%s/driver_override' % PF).write_text(
             '(null)')
