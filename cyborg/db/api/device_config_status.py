@@ -312,7 +312,9 @@ def move(connection, work, from_state, to_state, **values):
     moved = connection.execute(
         sa.update(status).where(
             status.c.id == work.id, status.c.state == from_state,
-            status.c.policy_id == work.policy_id)
+            status.c.policy_id == work.policy_id,
+            # The text as written: a reread document dumps the same.
+            status.c.wanted_settings == work.wanted_settings)
         .values(state=to_state, updated_at=models.utcnow(), **values))
     if moved.rowcount != 1:
         return False

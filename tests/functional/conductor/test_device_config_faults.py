@@ -90,3 +90,28 @@ def test_a_failed_playbook_leaves_the_device_out_with_its_task_named(
     assert nic_inventory(placement.adapter()) == (4, 4)
     rollout.run_pass(admin_context)
     assert status(api, made['uuid'])['state'] == 'failed'
+
+
+def test_a_policy_changed_after_the_pass_read_it_is_not_drained_stale(
+        rig, admin_context):
+    """The pass read the row wanting 8 VFs; the operator then asked 4
+    (the row stays pending with new settings): the pass's move fails and
+    the next pass drains for 4."""
+    from cyborg.db.api import device_config_status as config_db
+    made = create_policy(rig.api)
+    with admin_context.db.read_connection(admin_context) as connection:
+        work, = config_db.work_of_hosts(connection, [HOST],
+                                        (config_db.PENDING,))
+    rig.api.patch_json('%s/%s' % (test_device_config_rollout.POLICIES,
+                                  made['uuid']),
+                       {'settings': {'num_vfs': 4}},
+                       headers=test_device_config_rollout.ADMIN)
+
+    rig.rollout.advance(admin_context, work)
+
+    assert status(rig.api, made['uuid'])['state'] == 'pending'
+    assert rig.kernel.numvfs_after == []
+    rig.rollout.run_pass(admin_context)
+    row = status(rig.api, made['uuid'])
+    assert (row['state'], row['applied_settings']) == ('applied',
+                                                       {'num_vfs': 4})
