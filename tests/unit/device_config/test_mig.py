@@ -20,7 +20,7 @@ def _recorded_profiles():
     return {name: (int(gi), int(total)) for name, gi, total in rows}
 
 
-def _published_placements():
+def published_placements():
     """{name: (GI id, max, memory slices, compute slices, starts)} of the
     table in ``h100-mig-placements.md``."""
     table = {}
@@ -48,7 +48,7 @@ def test_the_profiles_are_those_the_card_reported():
 
 
 def test_the_placements_are_those_published():
-    published = _published_placements()
+    published = published_placements()
     assert len(published) == 7
     assert {p.name: (p.gi_profile_id, p.max_instances, p.memory_slices,
                      p.compute_slices, p.starts)

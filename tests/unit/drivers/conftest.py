@@ -158,3 +158,21 @@ def recorded_nvml(monkeypatch):
         return nvml_standin.install(monkeypatch, nvml_standin.RecordedNVML(
             recorded.recording('h100-vm', 'nvml-record.jsonl'), **kw))
     return install
+
+
+@pytest.fixture
+def mig_nvml(monkeypatch):
+    """mig_nvml(*addresses, **kw) -> the H100's NVML recording with its
+    MIG behaviour, MIG mode on (``mig_enabled=False``: off, as recorded),
+    under the real NVML bindings for this test; ``addresses`` are more
+    GPUs of the same kind."""
+    from tests.unit.drivers import nvml_mig_standin
+    from tests.unit.drivers import nvml_standin
+
+    def install(*addresses, **kw):
+        library = nvml_mig_standin.MIGCapableNVML(
+            recorded.recording('h100-vm', 'nvml-record.jsonl'), **kw)
+        for address in addresses:
+            library.add_gpu(address)
+        return nvml_standin.install(monkeypatch, library)
+    return install

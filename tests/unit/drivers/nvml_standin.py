@@ -17,6 +17,7 @@ sample; ``override()`` changes fields of the samples from now on.
 
 import ctypes
 import json
+import threading
 
 import pynvml
 
@@ -55,6 +56,8 @@ class RecordedNVML:
         self._overrides = {}
         self._events = []  # (handle value, xid) not yet read
         self._registered = set()  # handle values registered for XIDs
+        # Callers may use NVML from several threads; one call at a time.
+        self._lock = threading.RLock()
         self.add_gpu(_bdf(self.static['pci']['busId']))
 
     # What a test does.
@@ -89,19 +92,27 @@ class RecordedNVML:
             return None, pynvml.NVML_ERROR_GPU_IS_LOST
         return value, pynvml.NVML_SUCCESS
 
+    def _handle_status(self, name, args):
+        """NVML's answer to a call on an unknown or lost GPU, else
+        NVML_SUCCESS; subclasses add the handles they know."""
+        if name.startswith('nvmlDevice') and name != (
+                'nvmlDeviceGetHandleByPciBusId_v2'):
+            return self._gpu(args[0])[1]
+        return pynvml.NVML_SUCCESS
+
     def _entry(function):
-        """Log the call; answer for a lost or unknown GPU first."""
+        """Log the call; answer for a lost or unknown handle first."""
         name = function.__name__
 
         def entry(self, *args):
-            self.calls.append(name)
-            if name.startswith('nvmlDevice') and name != (
-                    'nvmlDeviceGetHandleByPciBusId_v2'):
-                _, status = self._gpu(args[0])
+            with self._lock:
+                self.calls.append(name)
+                status = self._handle_status(name, args)
                 if status != pynvml.NVML_SUCCESS:
                     return status
-            return function(self, *args)
+                return function(self, *args)
         entry.__name__ = name
+        entry.__wrapped__ = function  # for a subclass that extends it
         return entry
 
     @_entry
@@ -130,6 +141,12 @@ class RecordedNVML:
         value = ctypes.cast(handle, ctypes.c_void_p).value
         return list(self._gpus.values()).index(value)
 
+    def _uuid(self, handle):
+        uuid, index = self.static['uuid'], self._index(handle)
+        if index:
+            uuid = uuid[:-4] + '%04x' % index
+        return uuid
+
     @_entry
     def nvmlDeviceGetIndex(self, handle, index):
         index._obj.value = self._index(handle)
@@ -137,10 +154,7 @@ class RecordedNVML:
 
     @_entry
     def nvmlDeviceGetUUID(self, handle, buffer, length):
-        uuid, index = self.static['uuid'], self._index(handle)
-        if index:
-            uuid = uuid[:-4] + '%04x' % index
-        buffer.value = uuid.encode()
+        buffer.value = self._uuid(handle).encode()
         return pynvml.NVML_SUCCESS
 
     @_entry
@@ -246,7 +260,7 @@ class RecordedNVML:
     def nvmlEventSetFree(self, event_set):
         return pynvml.NVML_SUCCESS
 
-    del _entry
+    _entry = staticmethod(_entry)  # for subclasses' entry points
 
 
 def install(monkeypatch, library):
