@@ -2,8 +2,9 @@
 
 One database engine is enough here (``service``): these tests are about
 what goes over the wire, not about SQL dialects. The ARQ tests, whose
-binds go through a conductor, take ``conductor_service`` on each engine
-instead, with ``nova``, a recorder of the conductor's bind events.
+binds go through a conductor, take ``conductor_service`` on the engine of
+their module's ``database_url`` instead, with ``nova``, a recorder of the
+conductor's bind events.
 """
 
 import contextlib
@@ -132,7 +133,7 @@ def nova():
 
 @pytest.fixture
 def conductor_service(conf, db, transport, conductor):
-    """The API on a real port on each engine, casting to the module's
+    """The API on a real port on the module's database, casting to its
     ``conductor`` over ``transport``; a module takes it for its
     ``service`` with ``service = conductor_service``."""
     with serving(conf, db, transport) as served:

@@ -1,7 +1,8 @@
 """python-cyborgclient 3.x (with OSC 10.3): ``openstack accelerator arq
-create/list/show/bind/unbind/delete`` against the served API, on each
-database engine, binding through a real conductor on oslo.messaging's
-in-process transport (the one the served app is given).
+create/list/show/bind/unbind/delete`` against the served API on MariaDB,
+binding through a real conductor on oslo.messaging's in-process transport
+(the one the served app is given). One engine: the subject is what goes
+over the wire; the API and conductor tests run the same SQL on each.
 
 The fake driver's deployable (16 TEST_PCI handles) is stored as the
 conductor stores a host's report; binding it needs no agent. Nova is a
@@ -17,6 +18,7 @@ import sqlalchemy as sa
 
 from cyborg.db import models
 from tests import arq_stack
+from tests import conftest
 from tests.arq_stack import handles_in_use
 from tests.functional.clients import cli
 from tests.functional.clients.conftest import conductor_service
@@ -35,6 +37,7 @@ PCI_ADDRESS = {'domain', 'bus', 'device', 'function'}
 NOAUTH_PROJECT = 'noauth-project'
 
 
+database_url = conftest.database_url_on('mysql')
 fpga_rp = arq_stack.fpga_rp  # the fake FPGA of HOST
 transport = arq_stack.transport
 

@@ -4,7 +4,8 @@ From 10.4 on, OSC ships the accelerator commands itself, on openstacksdk's
 accelerator proxy; it cannot share the test venv with python-cyborgclient,
 so it runs from a venv of its own (osc_venv.py, installed on first use).
 Every command it ships runs here as a separate process against the API
-served on a real port of 127.0.0.1, on each database engine, with
+served on a real port of 127.0.0.1, on MariaDB (the wire is the subject;
+the API and conductor tests run the same SQL on each engine), with
 keystoneauth's ``none`` plugin as an operator without Keystone would run
 it. Unlike python-cyborgclient, OSC 10.5 sends no microversion header
 unless ``--os-accelerator-api-version`` asks for one.
@@ -31,6 +32,7 @@ import sqlalchemy as sa
 from cyborg.conductor import placement_sync
 from cyborg.db import models
 from tests import arq_stack
+from tests import conftest
 from tests.arq_stack import handles_in_use
 from tests.functional.clients import osc_venv
 from tests.functional.clients.conftest import conductor_service
@@ -41,6 +43,7 @@ from tests.placement_service import placement  # noqa: F401
 from tests.placement_service import placement_schema_template  # noqa: F401
 
 osc_native = osc_venv.osc_native
+database_url = conftest.database_url_on('mysql')
 
 HOST = arq_stack.HOST
 TIMEOUT = 60

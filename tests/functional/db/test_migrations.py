@@ -17,6 +17,7 @@ from cyborg.db import migration
 from cyborg.db import models
 from cyborg.db import session
 from tests import db_servers
+from tests.conftest import create_schema
 from tests.conftest import make_conf
 
 DBSYNC = os.path.join(os.path.dirname(sys.executable), 'cyborg-dbsync')
@@ -118,6 +119,25 @@ def test_migrated_schema_is_what_the_models_create(database_url, tmp_path):
 
     assert set(migrated) == set(models.Base.metadata.tables)
     assert migrated == from_models
+
+
+def test_the_suites_schema_copy_is_the_migrated_schema(database_url,
+                                                       tmp_path):
+    # Tests get their schema from tests.schema_template (a copy of one
+    # migrated database): it must be what the migrations make, version
+    # included.
+    migration.upgrade(database_url)
+    copy_url = db_servers.create_database(_engine_name(database_url),
+                                          tmp_path)
+    try:
+        create_schema(copy_url)
+        copied = _with_connection(copy_url, _reflected_schema)
+        copied_version = migration.version(copy_url)
+    finally:
+        db_servers.drop_database(copy_url)
+
+    assert copied == _with_connection(database_url, _reflected_schema)
+    assert copied_version == migration.version(database_url) is not None
 
 
 def test_foreign_keys_restrict_deletes(database_url):

@@ -22,6 +22,9 @@ from tests.arq_stack import ARQS
 from tests.arq_stack import bind_body
 from tests.arq_stack import unbind_body
 
+# One worker runs them all, so that one Keystone serves them.
+pytestmark = pytest.mark.xdist_group('keystone')
+
 NEEDS_SERVICE = 'requires a service token'
 
 
