@@ -23,6 +23,12 @@ host one after another:
 
 Every move is a compare-and-set of the row: a policy changed meanwhile
 (the row pending again) wins over a move decided before it.
+
+A device found on an owned host after the policies were written (a card
+added, a host enrolled) is given at the start of a pass to the policy
+that wins it, as if the policy had been written after it: it becomes
+pending. One whose settings do not fit it is left alone, with a warning
+once per conductor process.
 """
 
 import concurrent.futures
@@ -32,6 +38,7 @@ import logging
 import oslo_messaging as messaging
 
 from cyborg import exception
+from cyborg.db.api import device_config_policies as policies_db
 from cyborg.db.api import device_config_status as config_db
 from cyborg.db.api import host_sync_states as states_db
 from cyborg.notifications import emit
@@ -51,10 +58,12 @@ class Rollout:
         self.agent = agent
         self.drain_hosts = drain_hosts
         self.notifier = notifier
+        self._unfit = set()  # ids of found devices warned of as unfit
 
     def run_pass(self, context, membership=None):
         """Advance every row of the hosts ``membership`` owns (all of
-        them without one)."""
+        them without one), after selecting the devices found there."""
+        self._select_found_devices(context, membership)
         with context.db.read_connection(context) as connection:
             hosts = [h for h in config_db.hosts_of(connection)
                      if membership is None or membership.owns(h)]
@@ -72,6 +81,23 @@ class Rollout:
             for future in [pool.submit(self._advance_host, context, items)
                            for items in by_host.values()]:
                 future.result()
+
+    def _select_found_devices(self, context, membership):
+        with context.db.read_connection(context) as connection:
+            hosts = [h for h in config_db.hosts_with_devices(connection)
+                     if membership is None or membership.owns(h)]
+        changes, unfit = policies_db.select_found_devices(
+            context, hosts, skip=frozenset(self._unfit))
+        for device, policy, why in unfit:
+            self._unfit.add(device.id)
+            LOG.warning('Device %s on %s: found after policy %s, whose '
+                        'settings do not fit it; it is left as it is: %s',
+                        device.uuid, device.hostname, policy.name, why)
+        if changes:
+            LOG.info('%d device(s) found after their policies were '
+                     'written are now pending', len(changes))
+            if self.notifier is not None:
+                emit.config_status_changed(self.notifier, context, changes)
 
     def _advance_host(self, context, items):
         for item in items:

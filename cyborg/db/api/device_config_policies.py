@@ -139,6 +139,47 @@ def delete_policy(context, uuid):
         return old, written
 
 
+@_retry_on_deadlock
+def select_found_devices(context, hosts, skip=frozenset()):
+    """Give each device found on ``hosts`` after the policies were
+    written to the policy that wins it, as its creation would have: it
+    becomes pending. A device whose winning policy's settings do not fit
+    it gets no row (a policy is refused for such a device when it is
+    written; here the device came later). ``skip``: device ids to leave
+    out. (status changes, [(device facts, policy row, why unfit)])."""
+    with context.db.read_connection(context) as connection:
+        if not _wanted(connection, hosts, skip):
+            return [], []
+    with context.db.writer(context) as session:
+        connection = session.connection()
+        locking.take_turns(connection, [_LOCK], policies, sa.true())
+        all_policies = _all(connection)
+        found = {d.id: d for d in status_db.unheld_devices(connection, hosts)
+                 if d.id not in skip}
+        fitting, unfit = [], []
+        for device_id, policy in status_db.winners(
+                all_policies, found.values()).items():
+            device = found[device_id]
+            try:
+                device_checks.check(policy.kind, policy.settings,
+                                    policy.device_selector, [device])
+            except exception.Invalid as e:
+                unfit.append((device, policy, str(e)))
+            else:
+                fitting.append(device)
+        return status_db.reconcile(connection, all_policies, fitting), unfit
+
+
+def _wanted(connection, hosts, skip):
+    """Whether a policy selects a device of ``hosts`` that has no row."""
+    all_policies = _all(connection)
+    if not all_policies or not hosts:
+        return False
+    found = [d for d in status_db.unheld_devices(connection, hosts)
+             if d.id not in skip]
+    return bool(status_db.winners(all_policies, found))
+
+
 def _checked_selection(connection, values, kind, others):
     """The devices the policy of ``values`` selects, once its settings
     are held against them and no policy of ``others`` of its priority

@@ -286,6 +286,24 @@ def hosts_of(connection):
         .join(status, status.c.device_id == _devices.c.id)).scalars())
 
 
+def hosts_with_devices(connection):
+    """Every host with a present device."""
+    return set(connection.execute(
+        sa.select(_devices.c.hostname).distinct()
+        .where(_devices.c.missing_since.is_(None))).scalars())
+
+
+def unheld_devices(connection, hosts):
+    """The facts of the present devices of ``hosts`` that no status row
+    holds: found after the policies that select them were written."""
+    held = set(connection.execute(
+        sa.select(status.c.device_id).join(
+            _devices, status.c.device_id == _devices.c.id)
+        .where(_devices.c.hostname.in_(sorted(hosts)))).scalars())
+    return [d for d in device_facts(connection, hosts=sorted(hosts))
+            if d.id not in held]
+
+
 def start_drain(connection, work, limit):
     """Move ``work`` from pending to draining unless ``limit`` other
     hosts of its policy are draining or applying already; whether it

@@ -282,3 +282,34 @@ def test_two_hosts_with_one_draining_at_a_time_are_done_in_turn(
                             ('io-host-2', 'setup', ['io-host-2'])]
     assert other.numvfs_after == [('setup', '8')]
     assert nic_inventory(placement.adapter(), 'io-host-2') == (8, 0)
+
+
+class _Owns:
+    """A ring membership that owns the hosts named."""
+
+    def __init__(self, *hosts):
+        self.hosts = hosts
+
+    def owns(self, host):
+        return host in self.hosts
+
+
+def test_a_host_enrolled_after_the_policy_is_configured_by_its_owner(
+        rig, admin_context, placement):  # noqa: F811
+    made = create_policy(rig.api)
+    rig.rollout.run_pass(admin_context)
+    later = rig.add_host('io-host-3')
+    item = '%s/%s/status' % (POLICIES, made['uuid'])
+    assert len(rig.api.get(item, headers=ADMIN).json['status']) == 1
+
+    # A conductor that does not own the new host leaves it alone.
+    rig.rollout.run_pass(admin_context, _Owns(HOST))
+    assert len(rig.api.get(item, headers=ADMIN).json['status']) == 1
+
+    rig.rollout.run_pass(admin_context, _Owns(HOST, 'io-host-3'))
+
+    rows = rig.api.get(item, headers=ADMIN).json['status']
+    assert sorted((r['hostname'], r['state']) for r in rows) == [
+        (HOST, 'applied'), ('io-host-3', 'applied')]
+    assert later.numvfs_after == [('setup', '8')]
+    assert nic_inventory(placement.adapter(), 'io-host-3') == (8, 0)
