@@ -334,8 +334,8 @@ class MIGCapableNVML(Recorded):
             return self._owner_status(self._gis.get(_handle(args[0])))
         if name.startswith('nvmlComputeInstance'):
             return self._owner_status(self._cis.get(_handle(args[0])))
-        if name.startswith('nvmlDevice') and name != (
-                'nvmlDeviceGetHandleByPciBusId_v2'):
+        if (name.startswith('nvmlDevice')
+                and name not in nvml_standin.NO_DEVICE_ARGUMENT):
             ci = self._mig_devices.get(_handle(args[0]))
             if ci is not None:
                 if name not in MIG_DEVICE_CALLS:

@@ -21,6 +21,11 @@ import threading
 
 import pynvml
 
+# The nvmlDevice* entry points whose first argument is no GPU handle.
+NO_DEVICE_ARGUMENT = frozenset({'nvmlDeviceGetHandleByPciBusId_v2',
+                                'nvmlDeviceGetHandleByIndex_v2',
+                                'nvmlDeviceGetCount_v2'})
+
 # Handles are opaque pointers NVML owns; these are never dereferenced.
 HANDLE_BASE = 0x7f0000001000
 
@@ -95,8 +100,7 @@ class RecordedNVML:
     def _handle_status(self, name, args):
         """NVML's answer to a call on an unknown or lost GPU, else
         NVML_SUCCESS; subclasses add the handles they know."""
-        if name.startswith('nvmlDevice') and name != (
-                'nvmlDeviceGetHandleByPciBusId_v2'):
+        if name.startswith('nvmlDevice') and name not in NO_DEVICE_ARGUMENT:
             return self._gpu(args[0])[1]
         return pynvml.NVML_SUCCESS
 
@@ -146,6 +150,35 @@ class RecordedNVML:
         if index:
             uuid = uuid[:-4] + '%04x' % index
         return uuid
+
+    @_entry
+    def nvmlDeviceGetCount_v2(self, count):
+        count._obj.value = len(self._gpus)
+        return pynvml.NVML_SUCCESS
+
+    @_entry
+    def nvmlDeviceGetHandleByIndex_v2(self, index, device):
+        handles = list(self._gpus.values())
+        if not 0 <= _value(index) < len(handles):
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        _set_pointer(device, handles[_value(index)])
+        return pynvml.NVML_SUCCESS
+
+    # PCI identity: the recorded GPU's ids; the address of each GPU.
+    @_entry
+    def nvmlDeviceGetPciInfo_v3(self, handle, info):
+        value = ctypes.cast(handle, ctypes.c_void_p).value
+        address = next(a for a, h in self._gpus.items() if h == value)
+        domain, bus, rest = address.split(':')
+        recorded = self.static['pci']
+        out = info._obj
+        out.busId = ('%08x:%s:%s' % (int(domain, 16), bus, rest)
+                     ).upper().encode()
+        out.domain, out.bus = int(domain, 16), int(bus, 16)
+        out.device = int(rest.split('.')[0], 16)
+        out.pciDeviceId = recorded['pciDeviceId']
+        out.pciSubSystemId = recorded['pciSubSystemId']
+        return pynvml.NVML_SUCCESS
 
     @_entry
     def nvmlDeviceGetIndex(self, handle, index):
