@@ -376,6 +376,14 @@ class Deployment:
         rabbitmqctl('delete_vhost', self.vhost)
 
 
+def on_engine(name):
+    """Mark a test of processes to run on ``name`` only. Its subject is
+    the processes (kills, restarts, outages), not the SQL, which the
+    in-process conductor tests run on every engine; such tests are
+    spread over both server engines, to keep the suite's time down."""
+    return pytest.mark.parametrize('deployment', [name], indirect=True)
+
+
 @pytest.fixture(params=['mysql', 'postgresql'])
 def deployment(request, tmp_path, placement):  # noqa: F811
     url = db_servers.create_database(request.param, tmp_path)

@@ -53,6 +53,7 @@ from cyborg.db import models
 from tests.functional.services import arq_services
 from tests.functional.services.conftest import REPORT_INTERVAL
 from tests.functional.services.conftest import ServiceProcess
+from tests.functional.services.conftest import on_engine
 from tests.glance_service import glance  # noqa: F401
 from tests.glance_service import glance_service  # noqa: F401
 from tests.nova_events import STALL
@@ -367,6 +368,7 @@ def no_traceback(process):
 
 # -- scenario 1 -------------------------------------------------------------
 
+@on_engine('mysql')
 def test_restarted_conductor_resumes_its_binds(
         deployment, glance, nova_events):  # noqa: F811
     timeline = Timeline()
@@ -478,6 +480,7 @@ def test_restarted_conductor_resumes_its_binds(
 
 # -- scenario 2 -------------------------------------------------------------
 
+@on_engine('postgresql')
 def test_surviving_conductor_fails_binds_of_a_dead_one(
         deployment, glance, nova_events):  # noqa: F811
     timeline = Timeline()
@@ -576,6 +579,7 @@ def test_surviving_conductor_fails_binds_of_a_dead_one(
 QUEUED_PROGRAM_SECONDS = 3
 
 
+@on_engine('mysql')
 def test_binds_queued_while_the_conductor_is_down(
         deployment, glance, nova_events):  # noqa: F811
     """The conductor dies while it binds the first instance; Nova binds
@@ -681,6 +685,7 @@ def test_binds_queued_while_the_conductor_is_down(
 EVENT_RETRY_AFTER = 5
 
 
+@on_engine('postgresql')
 def test_conductor_killed_while_telling_nova(
         deployment, glance, nova_events):  # noqa: F811
     """The binds are done (Bound, Nova's events pending in the same
@@ -765,6 +770,7 @@ RELOAD_PROGRAM_SECONDS = 12
 RELOAD_AGENT_TIMEOUT = 20
 
 
+@on_engine('mysql')
 def test_conductor_reloaded_while_it_binds(
         deployment, glance, nova_events):  # noqa: F811
     """SIGHUP (read the configuration again, restart the parts, same

@@ -44,6 +44,7 @@ from tests import privsep_rig
 from tests.functional.services import arq_services
 from tests.functional.services.conftest import REPORT_INTERVAL
 from tests.functional.services.conftest import ServiceProcess
+from tests.functional.services.conftest import on_engine
 from tests.nova_events import nova_events  # noqa: F401
 from tests.unit.drivers.trees import hosts
 from tests.unit.drivers.trees import sysfs
@@ -478,6 +479,7 @@ class TimedAPI:
         return max(self.times)
 
 
+@on_engine('postgresql')
 def test_conductor_restarted_while_placement_is_down(deployment):
     gate = deployment.gates['placement']
     placement = 'http://%s' % gate.address

@@ -48,6 +48,7 @@ import requests
 from cyborg import states
 from cyborg.accelerator.drivers import fake
 from tests.functional.services import fleet as fleet_module
+from tests.functional.services.conftest import on_engine
 from tests.nova_events import nova_events  # noqa: F401
 
 LOG = logging.getLogger(__name__)
@@ -428,6 +429,7 @@ class Chaos:
         self.mark('status changed')
 
 
+@on_engine('mysql')
 def test_fleet_stays_consistent(deployment, nova_events):  # noqa: F811
     nova = nova_events
     seed = deployment.host

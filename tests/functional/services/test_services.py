@@ -20,6 +20,7 @@ from cyborg.conductor import rpcapi as conductor_rpcapi
 from tests import placement_service
 from tests.functional.services.conftest import REPORT_INTERVAL
 from tests.functional.services.conftest import nvme_deployable
+from tests.functional.services.conftest import on_engine
 
 FAKE = 'FakeDevice'
 # SIGTERM to exit: a service must not hang on a neighbour or a thread.
@@ -59,6 +60,7 @@ def stop_promptly(process):
     assert re.search(THREADS_ONLY, process.log()), process.tail()
 
 
+@on_engine('mysql')
 def test_report_stop_and_restart(deployment):
     deployment.recorded.add_nvme(0x21)
     nvme = nvme_deployable(0x21)
