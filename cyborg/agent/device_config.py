@@ -17,6 +17,17 @@ PAIRS = {
     kinds.SRIOV_VFS: lambda address, settings: (
         'sriov_vfs', {'pci_address': address,
                       'num_vfs': settings['num_vfs']}),
+    kinds.DRIVER_BINDING: lambda address, settings: (
+        'driver_binding', {'pci_address': address,
+                           'driver': settings['driver']}),
+    # The GPU's address, not a list of its VFs: the pair finds the VFs
+    # from the GPU's virtfn links as it runs (an sriov_vfs run may have
+    # remade them since the last discovery), and a list from here could
+    # name functions of another device. How many VFs take the type is
+    # the card's to say: each free one that can still take it.
+    kinds.VGPU_TYPE: lambda address, settings: (
+        'vgpu_type', {'pci_address': address,
+                      'mdev_type': settings['mdev_type']}),
     # An operator's own pair: its variables, and the device's address
     # (which the pair must declare).
     kinds.PLAYBOOK: lambda address, settings: (

@@ -12,7 +12,8 @@ check, and more:
   root and no one else may change them;
 - ``variables.yml`` is a valid declaration;
 - both playbooks pass ``ansible-playbook --syntax-check`` with the
-  shipped modules (``cyborg_sysfs_attribute``) on the library path;
+  shipped modules (``cyborg_sysfs_attribute``, ``cyborg_pci_driver``,
+  ``cyborg_vgpu_type``) on the library path;
 - every variable the playbooks read is declared, registered by a task,
   set by the host (``sysfs_root``, ``nvml_library``) or Ansible's own;
   a declared variable that no playbook reads is a warning;

@@ -44,7 +44,8 @@ def run(top):
 def test_the_shipped_pairs_pass():
     status, out = run(playbook.SHIPPED)
     assert status == 0, out
-    assert 'OK   sriov_vfs' in out
+    assert out.splitlines() == ['OK   driver_binding', 'OK   sriov_vfs',
+                                'OK   vgpu_type']
 
 
 def test_a_good_pair_passes(tmp_path):

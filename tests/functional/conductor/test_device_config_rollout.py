@@ -8,7 +8,8 @@ recorded X710), discovers again and reports.
 The kernel is played by ``Kernel``: after each playbook run it makes the
 VFs that ``sriov_numvfs`` asks for, as the i40e driver would, and records
 what the file held after each run and what Placement offered of the PF
-meanwhile.
+meanwhile. ``BindingKernel`` plays its part in a driver binding instead,
+as the playbook runs.
 """
 
 import contextlib
@@ -89,6 +90,23 @@ class Kernel:
         return result
 
 
+class BindingKernel(Kernel):
+    """Binds functions as the playbook writes (``sysfs.Binder``);
+    ``writes`` holds (action, what it was asked in order) of each run."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.writes = []
+
+    def follow(self, pair, action, variables):
+        own = {f.bdf: f.driver for f in functions(4)}
+        with sysfs.Binder(self.root, own) as binder:
+            result = playbook.run(pair, action, variables, False,
+                                  self.root, timeout=120)
+        self.writes.append((action, binder.writes))
+        return result
+
+
 def nic_inventory(placement_client, host=HOST):
     """(total, reserved) of the CUSTOM_NIC provider of ``host``'s PF;
     None if there is none."""
@@ -131,10 +149,10 @@ class Rig:
         self.rpc_servers = []
         stack.callback(self.stop_agents)
 
-    def add_host(self, host):
+    def add_host(self, host, kernel_class=Kernel):
         root = str(self.tmp_path / host)
         os.mkdir(root)
-        kernel = Kernel(root, self.placement.adapter(), self, host)
+        kernel = kernel_class(root, self.placement.adapter(), self, host)
         kernel.build(4)
         create_compute_node(self.placement.adapter(), host)
         conf = arq_stack_conf(self.conf, host)
@@ -313,3 +331,33 @@ def test_a_host_enrolled_after_the_policy_is_configured_by_its_owner(
         (HOST, 'applied'), ('io-host-3', 'applied')]
     assert later.numvfs_after == [('setup', '8')]
     assert nic_inventory(placement.adapter(), 'io-host-3') == (8, 0)
+
+
+# The rollout is the same for every kind: one engine is enough here.
+@pytest.mark.parametrize('database_url', ['sqlite'], indirect=True)
+def test_a_driver_binding_is_rolled_out(conf, db, tmp_path, admin_context,
+                                        placement):  # noqa: F811
+    with contextlib.ExitStack() as stack:
+        rig = Rig(conf, db, tmp_path, placement, stack)
+        kernel = rig.add_host(HOST, BindingKernel)
+        made = rig.api.post_json(POLICIES, {
+            'name': 'pf-passthrough', 'kind': 'driver_binding',
+            'devices': {'vendor_id': '8086', 'product_id': '1572',
+                        'pci_addresses': [PF]},
+            'settings': {'driver': 'vfio-pci'}}, headers=ADMIN).json
+
+        rig.rollout.run_pass(admin_context)
+
+        row = status(rig.api, made['uuid'])
+        assert row['state'] == 'applied', row
+        assert row['applied_settings'] == {'driver': 'vfio-pci'}
+        assert kernel.writes == [('setup', [
+            ('driver_override', 'vfio-pci'), ('i40e/unbind', PF),
+            ('drivers_probe', PF)])]
+        assert os.path.basename(os.readlink(os.path.join(
+            kernel.root, 'sys/bus/pci/devices', PF, 'driver'))) == 'vfio-pci'
+        # Released once applied.
+        assert nic_inventory(placement.adapter()) == (4, 0)
+
+        rig.rollout.run_pass(admin_context)
+        assert len(kernel.writes) == 1

@@ -2,11 +2,13 @@
 real ansible-runner and ansible-core.
 
 One daemon for the module, started as the agent starts it, with ``[pci]
-sysfs_root`` at a copy of the recorded I/O host's X710 (a PF of 64 VFs
-that holds 4) written afresh for each test, and ``[device_config]
-playbook_dir`` at a directory of operator pairs. The shipped SR-IOV pair
-makes the writes the kernel needs; every refused call leaves the tree as
-it was.
+sysfs_root`` at a tree written afresh for each test (the recorded I/O
+host's X710, a PF of 64 VFs that holds 4; the GPU host's T4, whose vGPU
+types are mdev types; an H100 whose VFs take a vGPU type themselves),
+and ``[device_config] playbook_dir`` at a directory of operator pairs.
+The shipped pairs make the writes the kernel needs, in order (a
+``sysfs.Binder`` plays the kernel's part in a driver binding); every
+refused call leaves the tree as it was.
 """
 
 import os
@@ -19,11 +21,19 @@ from tests import privsep_rig
 from tests.functional.privsep.test_daemon import Host
 from tests.functional.privsep.test_daemon import refused
 from tests.unit.drivers.trees import hosts
+from tests.unit.drivers.trees import sysfs
 
 PF = hosts.X710_P0.bdf
-FUNCTIONS = [f for f in hosts.IO_HOST
-             if f.bdf in {PF, hosts.X710_P0.parent}
-             or f in hosts.X710_P0_VFS]
+VF = hosts.X710_P0_VFS[0].bdf
+T4 = hosts.T4.bdf
+H100 = hosts.H100.bdf
+FUNCTIONS = ([f for f in hosts.IO_HOST
+              if f.bdf in {PF, hosts.X710_P0.parent}
+              or f in hosts.X710_P0_VFS]
+             + [f for f in hosts.GPU_HOST if f.bdf in {T4, hosts.T4.parent}]
+             + [f for f in hosts.H100_HOST
+                if f.bdf in {H100, hosts.H100.parent}
+                or f in hosts.H100_VFS])
 OPERATOR_PAIR = '''\
 - name: Operator's own
   hosts: localhost
@@ -61,15 +71,43 @@ dest: {type: string, pattern: '/[A-Za-z0-9_./-]+'}
 '''
 
 
+# An operator's pair that hands its driver to the shipped module as it
+# is: the module is what refuses a name that is none.
+ANY_DRIVER_PAIR = '''\
+- name: Any driver
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Set the driver override
+      cyborg_pci_driver:
+        root: "{{ sysfs_root }}"
+        device: "{{ pci_address }}"
+        override: "{{ driver }}"
+'''
+ANY_DRIVER_VARIABLES = '''\
+pci_address: {type: pci_address}
+driver: {type: string, pattern: '[a-z0-9./_-]+'}
+'''
+
+
 class IOHost(Host):
     functions = FUNCTIONS
 
-    def fresh(self):
-        super().fresh()
-        # The attribute an operator's pair below writes.
-        self.path('sys/bus/pci/devices/%s/driver_override' % PF).write_text(
-            '(null)')
-        return self
+    def binder(self):
+        """The kernel's part in a driver binding, for this tree."""
+        return sysfs.Binder(str(self.root), {f.bdf: f.driver
+                                             for f in self.functions})
+
+    def driver(self, address):
+        link = self.path('sys/bus/pci/devices/%s/driver' % address)
+        return os.path.basename(os.readlink(link)) if link.is_symlink() \
+            else None
+
+    def vgpu_types(self):
+        """What nvidia/current_vgpu_type holds on each H100 VF."""
+        return [self.path('sys/bus/pci/devices/%s/nvidia/current_vgpu_type'
+                          % vf.bdf).read_text().strip()
+                for vf in hosts.H100_VFS]
 
 
 def write_pair(top, name, mode=0o755, playbook=OPERATOR_PAIR,
@@ -94,6 +132,8 @@ def daemon(tmp_path_factory):
     write_pair(operator, 'loose', mode=0o775)
     write_pair(operator, 'probe', playbook=PROBE_PAIR,
                variables=PROBE_VARIABLES)
+    write_pair(operator, 'any_driver', playbook=ANY_DRIVER_PAIR,
+               variables=ANY_DRIVER_VARIABLES)
     started = privsep_rig.Daemon(directory, host.root)
     with open(started.config_file, 'a') as f:
         f.write(textwrap.dedent('''\
@@ -220,6 +260,12 @@ def test_a_run_is_root_without_any_capability(host):
      'pci_address must be a PCI'),
     ('own_driver', 'setup', {'pci_address': PF, 'driver': 'nvidia'},
      'driver must be one of vfio-pci, iavf'),
+    ('driver_binding', 'setup', {'pci_address': VF,
+                                 'driver': 'vfio-pci/../x'},
+     'driver must be one of vfio-pci, own'),
+    ('vgpu_type', 'setup', {'pci_address': T4,
+                            'mdev_type': '../nvidia-222'},
+     'mdev_type must match'),
 ])
 def test_the_daemon_refuses_what_it_may_not_run(host, name, action,
                                                 variables, match):
@@ -239,3 +285,161 @@ def test_a_pair_through_a_link_is_refused(host, tmp_path):
                 match='no such pair')
     finally:
         os.unlink(os.path.join(operator, 'linked'))
+
+
+# -- driver_binding -----------------------------------------------------------
+
+def test_a_function_is_bound_to_vfio_pci_and_given_back(host):
+    with host.binder() as kernel:
+        result = playbook.run_playbook('driver_binding', 'setup',
+                                       {'pci_address': VF,
+                                        'driver': 'vfio-pci'})
+
+    assert result['status'] == 'successful', result
+    assert changed(result) == ['Set the driver override',
+                               'Unbind the function from its driver',
+                               'Have the kernel probe the function']
+    # The override first: the probe binds the function to what it names.
+    assert kernel.writes == [('driver_override', 'vfio-pci'),
+                             ('iavf/unbind', VF), ('drivers_probe', VF)]
+    assert host.driver(VF) == 'vfio-pci'
+
+    with host.binder() as kernel:
+        again = playbook.run_playbook('driver_binding', 'setup',
+                                      {'pci_address': VF,
+                                       'driver': 'vfio-pci'})
+    assert again['status'] == 'successful', again
+    assert changed(again) == []
+    assert kernel.writes == []
+
+    with host.binder() as kernel:
+        down = playbook.run_playbook('driver_binding', 'teardown',
+                                     {'pci_address': VF,
+                                      'driver': 'vfio-pci'})
+    assert down['status'] == 'successful', down
+    assert kernel.writes == [('driver_override', ''),
+                             ('vfio-pci/unbind', VF), ('drivers_probe', VF)]
+    assert host.driver(VF) == 'iavf'
+
+
+def test_a_binding_in_check_mode_changes_nothing(host):
+    before = host.snapshot()
+
+    result = playbook.run_playbook('driver_binding', 'setup',
+                                   {'pci_address': VF, 'driver': 'vfio-pci'},
+                                   check_mode=True)
+
+    assert result['status'] == 'successful', result
+    assert changed(result) == ['Set the driver override',
+                               'Unbind the function from its driver',
+                               'Have the kernel probe the function']
+    assert host.snapshot() == before
+
+
+def test_a_binding_the_kernel_does_not_make_fails(host):
+    """No kernel acts on the writes here, as with vfio-pci not loaded."""
+    result = playbook.run_playbook('driver_binding', 'setup',
+                                   {'pci_address': VF, 'driver': 'vfio-pci'})
+
+    assert result['status'] == 'failed'
+    assert result['failed_task'] == 'Refuse a binding the kernel did not make'
+    assert result['message'] == (
+        '%s is bound to iavf after the probe, not to vfio-pci: is that '
+        'driver loaded?' % VF)
+
+
+def test_a_driver_name_with_a_slash_fails_at_its_task(host):
+    before = host.snapshot()
+
+    result = playbook.run_playbook('any_driver', 'setup',
+                                   {'pci_address': VF,
+                                    'driver': '../../vfio-pci'})
+
+    assert result['status'] == 'failed'
+    assert result['failed_task'] == 'Set the driver override'
+    assert "'../../vfio-pci' is not a driver name" in result['message']
+    assert host.snapshot() == before
+
+
+# -- vgpu_type ----------------------------------------------------------------
+
+def test_the_free_vfs_of_an_h100_take_the_type_and_give_it_back(host):
+    # The middle VF holds it already.
+    assert host.vgpu_types() == ['0', '1062', '0']
+
+    result = playbook.run_playbook('vgpu_type', 'setup',
+                                   {'pci_address': H100,
+                                    'mdev_type': 'nvidia-1062'})
+
+    assert result['status'] == 'successful', result
+    assert changed(result) == ['Give the free VFs the type']
+    assert host.vgpu_types() == ['1062', '1062', '1062']
+
+    again = playbook.run_playbook('vgpu_type', 'setup',
+                                  {'pci_address': H100,
+                                   'mdev_type': 'nvidia-1062'})
+    assert again['status'] == 'successful', again
+    assert changed(again) == []
+
+    down = playbook.run_playbook('vgpu_type', 'teardown',
+                                 {'pci_address': H100,
+                                  'mdev_type': 'nvidia-1062'})
+    assert changed(down) == ['Set the VFs of the type back to none']
+    assert host.vgpu_types() == ['0', '0', '0']
+
+
+def test_a_vgpu_type_in_check_mode_changes_nothing(host):
+    before = host.snapshot()
+
+    result = playbook.run_playbook('vgpu_type', 'setup',
+                                   {'pci_address': H100,
+                                    'mdev_type': 'nvidia-1062'},
+                                   check_mode=True)
+
+    assert result['status'] == 'successful', result
+    assert changed(result) == ['Give the free VFs the type']
+    assert host.snapshot() == before
+
+
+def test_a_vgpu_type_not_offered_fails_at_its_task(host):
+    before = host.snapshot()
+
+    # A VF holds nvidia-1062: set outside the policy, it is not cleared.
+    result = playbook.run_playbook('vgpu_type', 'setup',
+                                   {'pci_address': H100,
+                                    'mdev_type': 'nvidia-1061'})
+
+    assert result['status'] == 'failed'
+    assert result['failed_task'] == 'Refuse VFs that hold another type'
+    assert result['message'].startswith(
+        '0000:4e:00.5 holds nvidia-1062; a policy gives a GPU one vGPU '
+        'type')
+    assert host.snapshot() == before
+
+    host.path('sys/bus/pci/devices/0000:4e:00.5/nvidia/current_vgpu_type'
+              ).write_text('0\n')
+    before = host.snapshot()
+
+    result = playbook.run_playbook('vgpu_type', 'setup',
+                                   {'pci_address': H100,
+                                    'mdev_type': 'nvidia-1063'})
+
+    assert result['status'] == 'failed'
+    assert result['failed_task'] == 'Refuse a type the GPU does not offer'
+    assert result['message'] == (
+        '%s does not offer the vGPU type nvidia-1063; it offers '
+        'nvidia-1061, nvidia-1062' % H100)
+    assert host.snapshot() == before
+
+
+def test_an_mdev_type_is_only_checked(host):
+    """A T4's types are mdev types: nothing to write, once offered."""
+    before = host.snapshot()
+
+    result = playbook.run_playbook('vgpu_type', 'setup',
+                                   {'pci_address': T4,
+                                    'mdev_type': 'nvidia-222'})
+
+    assert result['status'] == 'successful', result
+    assert changed(result) == []
+    assert host.snapshot() == before

@@ -5,7 +5,9 @@ import os
 
 import pytest
 
+from cyborg.agent import device_config
 from cyborg.device_config import declared
+from cyborg.device_config import kinds
 from cyborg.privsep import playbook
 
 DECLARED = {
@@ -92,3 +94,20 @@ def test_a_declaration_that_is_not_yaml_is_refused(tmp_path):
     path.write_text('x: [unclosed\n')
     with pytest.raises(declared.Invalid, match='cannot be read'):
         declared.load(str(path))
+
+
+@pytest.mark.parametrize('kind, settings', [
+    ('sriov_vfs', {'num_vfs': 8}),
+    ('driver_binding', {'driver': 'vfio-pci'}),
+    ('driver_binding', {'driver': 'own'}),
+    ('vgpu_type', {'mdev_type': 'nvidia-1062'}),
+    ('vgpu_type', {'mdev_type': 'i915-GVTg_V5_4'}),
+])
+def test_the_agent_gives_a_shipped_pair_what_it_declares(kind, settings):
+    """Settings that pass their kind's check reach the daemon as variables
+    the pair declares, each of its type."""
+    pair, variables = device_config.PAIRS[kind]('0000:18:00.0',
+                                                kinds.check(kind, settings))
+    declaration = declared.load(os.path.join(playbook.SHIPPED, pair,
+                                             'variables.yml'))
+    assert declared.check_values(declaration, variables) == variables

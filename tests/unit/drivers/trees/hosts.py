@@ -11,6 +11,7 @@ import json
 
 from tests.unit.drivers.trees.sysfs import DFL
 from tests.unit.drivers.trees.sysfs import OPAE
+from tests.unit.drivers.trees.sysfs import VFVGPU
 from tests.unit.drivers.trees.sysfs import Function
 from tests.unit.drivers.trees.sysfs import Mdev
 from tests.unit.drivers.trees.sysfs import virtual_functions
@@ -80,6 +81,23 @@ A100_VFS = [dataclasses.replace(vf, mdev_types=_a100_vf_types(vf.bdf))
                 A100, '20f1', ['0000:af:00.4', '0000:af:00.5',
                                '0000:af:00.6', '0000:af:00.7'],
                 driver='nvidia')]
+
+# H100 PCIe with SR-IOV vGPU under NVIDIA's own VFIO framework: each VF
+# takes a vGPU type itself. The VF at 4e:00.5 holds an H100-20C; the
+# free ones can still take it or an H100-10C (numbers illustrative).
+# Not part of GPU_HOST: its discovery is not modelled yet.
+H100_20C = (1062, 'NVIDIA H100-20C')
+H100_10C = (1061, 'NVIDIA H100-10C')
+_h100_port = root_port('0000:4d:00.0')
+H100 = card('0000:4e:00.0', '10de', '2331', '030200', _h100_port.bdf,
+            driver='nvidia', subsystem=('10de', '1626'), sriov_totalvfs=32)
+H100_VFS = [dataclasses.replace(vf, vgpu=VFVGPU(
+    () if vf.bdf == '0000:4e:00.5' else (H100_10C, H100_20C),
+    current=H100_20C[0] if vf.bdf == '0000:4e:00.5' else 0))
+    for vf in virtual_functions(
+        H100, '2331', ['0000:4e:00.4', '0000:4e:00.5', '0000:4e:00.6'],
+        driver='nvidia')]
+H100_HOST = CHIPSET + [_h100_port, H100, *H100_VFS]
 
 # A workstation GPU with its audio, USB and USB-C (UCSI) functions.
 _rtx_port = root_port('0000:5d:00.0')

@@ -3,9 +3,11 @@
 The description (``hosts.py``) lists PCI functions; this module writes what
 the kernel would show for them under ``<root>/sys``: the device directories
 nested below their bridges in ``sys/devices``, the ``sys/bus/pci/devices``
-links, ``driver``/``physfn``/``virtfn<N>`` links, mdev types and created
-mdevs, network interfaces and the FPGA class devices of the OPAE and DFL
-drivers. Running it as a program writes one host for inspection:
+links, ``driver``/``physfn``/``virtfn<N>`` links, ``driver_override``, the
+drivers' ``bind``/``unbind`` and the bus's ``drivers_probe`` (plain files
+that keep what is written), mdev types and created mdevs, the vGPU type
+files of NVIDIA VFs, network interfaces and the FPGA class devices of the
+OPAE and DFL drivers. Running it as a program writes one host for inspection:
 
     python -m tests.unit.drivers.trees.sysfs mixed /tmp/mixed
 """
@@ -14,6 +16,7 @@ import dataclasses
 import os
 import shutil
 import sys
+import threading
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +25,17 @@ class Mdev:
     name: str
     available: int
     created: tuple[str, ...] = ()  # UUIDs of mdevs that exist
+
+
+@dataclasses.dataclass(frozen=True)
+class VFVGPU:
+    """A VF that takes a vGPU type itself (NVIDIA's own VFIO framework,
+    H100 and later): ``nvidia/creatable_vgpu_types`` lists the types it
+    can still take, ``nvidia/current_vgpu_type`` holds its type's number,
+    0 for none; writing a number there gives it that type."""
+
+    creatable: tuple[tuple[int, str], ...]  # (number, name)
+    current: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +68,7 @@ class Function:
     physfn: str | None = None  # set on VFs
     sriov_totalvfs: int | None = None
     mdev_types: tuple[Mdev, ...] = ()
+    vgpu: VFVGPU | None = None
     net: tuple[str, ...] = ()
     fpga: OPAE | DFL | None = None
 
@@ -113,11 +128,10 @@ def build(root, functions, pci_ids=None):
                 ('numa_node', str(function.numa))):
             _write(os.path.join(path, name), value)
         _link(os.path.join(sys_dir, 'bus/pci/devices', function.bdf), path)
+        _write_raw(os.path.join(path, 'driver_override'), '(null)\n')
         if function.driver:
-            driver_dir = os.path.join(sys_dir, 'bus/pci/drivers',
-                                      function.driver)
-            os.makedirs(driver_dir, exist_ok=True)
-            _link(os.path.join(path, 'driver'), driver_dir)
+            _link(os.path.join(path, 'driver'),
+                  driver_directory(root, function.driver))
         if function.physfn:
             _link(os.path.join(path, 'physfn'), device_dir(function.physfn))
         if function.sriov_totalvfs is not None:
@@ -133,14 +147,43 @@ def build(root, functions, pci_ids=None):
             _write(os.path.join(path, 'net', interface, 'ifindex'), '1')
         if function.mdev_types:
             _write_mdev_types(sys_dir, function, path)
+        if function.vgpu:
+            _write_vf_vgpu(function.vgpu, path)
         if isinstance(function.fpga, OPAE):
             _write_opae(sys_dir, function.fpga, path)
         elif isinstance(function.fpga, DFL):
             _write_dfl(sys_dir, function.fpga, path)
 
+    if functions:
+        _write_raw(os.path.join(sys_dir, 'bus/pci/drivers_probe'), '')
     if pci_ids is not None:
         _write(os.path.join(root, 'usr/share/hwdata/pci.ids'), pci_ids)
     return root
+
+
+def _write_raw(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'w') as f:
+        f.write(text)
+
+
+def driver_directory(root, driver):
+    """``sys/bus/pci/drivers/<driver>`` below ``root``, with its ``bind``
+    and ``unbind``, made if the driver has none yet (it is loaded)."""
+    path = os.path.join(root, 'sys/bus/pci/drivers', driver)
+    for name in ('bind', 'unbind'):
+        if not os.path.exists(os.path.join(path, name)):
+            _write_raw(os.path.join(path, name), '')
+    return path
+
+
+def _write_vf_vgpu(vgpu, path):
+    lines = ['ID    : vGPU Name'] + ['%-5d : %s' % (number, name)
+                                     for number, name in vgpu.creatable]
+    _write(os.path.join(path, 'nvidia', 'creatable_vgpu_types'),
+           '\n'.join(lines))
+    _write(os.path.join(path, 'nvidia', 'current_vgpu_type'),
+           str(vgpu.current))
 
 
 def _write_mdev_types(sys_dir, function, path):
@@ -189,6 +232,100 @@ def kernel_removes_mdev(root, mdev_dir):
     os.unlink(os.path.join(type_dir, 'devices', uuid))
     os.unlink(os.path.join(root, 'sys/bus/mdev/devices', uuid))
     shutil.rmtree(mdev_dir)
+
+
+def _take(path):
+    """What ``path`` holds, emptied; '' if there is no such file."""
+    if not os.path.isfile(path):
+        return ''
+    with open(path, 'r+') as f:
+        text = f.read().strip()
+        if text:
+            f.seek(0)
+            f.truncate()
+    return text
+
+
+def kernel_binds(root, own):
+    """What the kernel does with an address written to a driver's
+    ``unbind`` (the function loses its ``driver`` link) or to the bus's
+    ``drivers_probe`` (an unbound function is linked to the driver its
+    ``driver_override`` names, else to its own, ``own[address]``), each
+    file emptied once read. Returns [(file, address)] as handled."""
+    sys_dir = os.path.join(root, 'sys')
+    devices = os.path.join(sys_dir, 'bus/pci/devices')
+    drivers = os.path.join(sys_dir, 'bus/pci/drivers')
+    handled = []
+    for driver in sorted(os.listdir(drivers)):
+        address = _take(os.path.join(drivers, driver, 'unbind'))
+        if address:
+            link = os.path.join(devices, address, 'driver')
+            if (os.path.islink(link)
+                    and os.path.basename(os.readlink(link)) == driver):
+                os.unlink(link)
+            handled.append(('%s/unbind' % driver, address))
+    address = _take(os.path.join(sys_dir, 'bus/pci/drivers_probe'))
+    if address:
+        device = os.path.realpath(os.path.join(devices, address))
+        with open(os.path.join(device, 'driver_override')) as f:
+            override = f.read().strip()
+        driver = (own.get(address) if override in ('', '(null)')
+                  else override)
+        if driver and not os.path.lexists(os.path.join(device, 'driver')):
+            _link(os.path.join(device, 'driver'),
+                  driver_directory(root, driver))
+        handled.append(('drivers_probe', address))
+    return handled
+
+
+class Binder:
+    """``kernel_binds`` every few milliseconds while in use, as the
+    kernel acts on each write as it is made; ``writes`` lists them in
+    order, with what each function's ``driver_override`` came to hold."""
+
+    def __init__(self, root, own):
+        self.root = root
+        self.own = own
+        self.writes = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._failure = None
+        self._overrides = self._read_overrides()
+
+    def _read_overrides(self):
+        found = {}
+        for address in self.own:
+            path = os.path.join(self.root, 'sys/bus/pci/devices', address,
+                                'driver_override')
+            with open(path) as f:
+                found[address] = f.read().strip()
+        return found
+
+    def _pass(self):
+        overrides = self._read_overrides()
+        for address, text in overrides.items():
+            if text != self._overrides[address]:
+                self.writes.append(('driver_override', text))
+        self._overrides = overrides
+        self.writes += kernel_binds(self.root, self.own)
+
+    def _run(self):
+        try:
+            while not self._stop.wait(0.005):
+                self._pass()
+        except Exception as exc:  # the test fails with it, in __exit__
+            self._failure = exc
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        if self._failure is not None:
+            raise self._failure
+        self._pass()
 
 
 def _write_opae(sys_dir, fpga, path):

@@ -1,0 +1,157 @@
+# The driver a PCI function is bound to, and the three writes that bind
+# it to another: its driver_override, its driver's unbind and the bus's
+# drivers_probe. Used by the playbooks the agent's privileged helper
+# runs; every path is confined below the sysfs root, whatever links it
+# goes through, and nothing is written but a validated driver name or
+# the function's own address.
+
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r'''
+module: cyborg_pci_driver
+short_description: Read a PCI function's driver, set its driver_override,
+  unbind it or have the kernel probe it
+description:
+  - Without an action, only reads. One action per task.
+options:
+  root:
+    description: The root sysfs lies under ("/" on a host).
+    type: path
+    required: true
+  device:
+    description: The PCI function, dddd:bb:dd.f in lower case.
+    type: str
+    required: true
+  override:
+    description: What driver_override must hold, a driver name; "" for
+      none (the kernel then picks the function's own driver).
+    type: str
+  unbind:
+    description: Unbind the function from the driver it is bound to, if
+      any.
+    type: bool
+    default: false
+  probe:
+    description: Ask the kernel to bind the function, by writing its
+      address to drivers_probe.
+    type: bool
+    default: false
+'''
+
+RETURN = r'''
+driver:
+  description: The driver the function was bound to before the task; ""
+    for none.
+  type: str
+override:
+  description: What driver_override held before the task; "" for none.
+  type: str
+'''
+
+PCI_ADDRESS = re.compile(r'[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
+DRIVER = re.compile(r'[a-z0-9_-]{1,32}')
+# What the kernel shows in driver_override when none is set.
+NO_OVERRIDE = ('', '(null)')
+
+
+def _inside(module, path, top, what):
+    """``path`` if its real path lies below ``top``; the task fails
+    otherwise."""
+    real = os.path.realpath(path)
+    if os.path.commonpath([real, top]) != top:
+        module.fail_json(msg='%s leads to %s, outside %s' % (what, real, top))
+    return real
+
+
+def _write(module, path, text, what):
+    try:
+        # sysfs ignores O_TRUNC; a recorded tree keeps what was written.
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW
+                     | os.O_CLOEXEC)
+        try:
+            os.write(fd, text.encode('ascii'))
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        module.fail_json(msg='cannot write %r to %s: %s'
+                         % (text, what, exc.strerror))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            'root': {'type': 'path', 'required': True},
+            'device': {'type': 'str', 'required': True},
+            'override': {'type': 'str'},
+            'unbind': {'type': 'bool', 'default': False},
+            'probe': {'type': 'bool', 'default': False},
+        },
+        supports_check_mode=True)
+    params = module.params
+    address = params['device']
+    if not PCI_ADDRESS.fullmatch(address):
+        module.fail_json(msg='%r is not a PCI address' % address)
+    override = params['override']
+    if override is not None and override != '' and not DRIVER.fullmatch(
+            override):
+        module.fail_json(msg='%r is not a driver name (a-z, 0-9, _ and -, '
+                         'at most 32)' % override)
+    if sum([override is not None, params['unbind'], params['probe']]) > 1:
+        module.fail_json(msg='one of override, unbind and probe per task')
+
+    root = os.path.realpath(params['root'])
+    devices = os.path.join(root, 'sys', 'devices')
+    drivers = os.path.join(root, 'sys', 'bus', 'pci', 'drivers')
+    link = os.path.join(root, 'sys', 'bus', 'pci', 'devices', address)
+    function = _inside(module, link, devices, link)
+
+    driver_link = os.path.join(function, 'driver')
+    driver_dir = None
+    if os.path.lexists(driver_link):
+        driver_dir = _inside(module, driver_link, drivers, driver_link)
+        if os.path.dirname(driver_dir) != drivers:
+            module.fail_json(msg='%s leads to %s, not a driver of %s'
+                             % (driver_link, driver_dir, drivers))
+    driver = os.path.basename(driver_dir) if driver_dir else ''
+
+    override_path = _inside(module, os.path.join(link, 'driver_override'),
+                            devices, 'driver_override')
+    try:
+        with open(override_path) as f:
+            previous = f.read().strip()
+    except OSError as exc:
+        module.fail_json(msg='cannot read %s/driver_override: %s'
+                         % (link, exc.strerror))
+    previous = '' if previous in NO_OVERRIDE else previous
+    facts = {'driver': driver, 'override': previous}
+
+    if override is not None:
+        if override == previous:
+            module.exit_json(changed=False, **facts)
+        if not module.check_mode:
+            # A bare newline clears the override.
+            _write(module, override_path, override or '\n',
+                   '%s/driver_override' % link)
+        module.exit_json(changed=True, **facts)
+    if params['unbind']:
+        if driver_dir is None:
+            module.exit_json(changed=False, **facts)
+        if not module.check_mode:
+            _write(module, os.path.join(driver_dir, 'unbind'), address,
+                   '%s/unbind' % driver_dir)
+        module.exit_json(changed=True, **facts)
+    if params['probe']:
+        probe = os.path.join(root, 'sys', 'bus', 'pci', 'drivers_probe')
+        if os.path.realpath(probe) != probe:
+            module.fail_json(msg='%s goes through a link' % probe)
+        if not module.check_mode:
+            _write(module, probe, address, probe)
+        module.exit_json(changed=True, **facts)
+    module.exit_json(changed=False, **facts)
+
+
+if __name__ == '__main__':
+    main()
