@@ -312,6 +312,9 @@ class _Owns:
         return host in self.hosts
 
 
+# One engine: the query that finds the new device is plain; the policy
+# lock it takes is that of the policy writes, tested on every engine.
+@pytest.mark.parametrize('database_url', ['mysql'], indirect=True)
 def test_a_host_enrolled_after_the_policy_is_configured_by_its_owner(
         rig, admin_context, placement):  # noqa: F811
     made = create_policy(rig.api)
