@@ -1,15 +1,15 @@
 """The open load of tools/bench/fleet.py: agents on their timers and
 instances at their boot times (no fleet is started here)."""
 
-import importlib.util
 import os
 import pathlib
 import signal
-import sys
 import threading
 import time
 
 import pytest
+
+from tests import script_module
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'tools' / 'bench' / 'fleet.py'
@@ -17,15 +17,7 @@ SCRIPT = REPO / 'tools' / 'bench' / 'fleet.py'
 
 @pytest.fixture(scope='module')
 def fleet():
-    path = list(sys.path)
-    try:
-        spec = importlib.util.spec_from_file_location('bench_fleet', SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        # The script puts tools/bench first for its own imports.
-        sys.path[:] = path
-    return module
+    return script_module.load(SCRIPT, 'bench_fleet')
 
 
 def test_every_host_takes_its_turns_spread_over_the_interval(fleet):

@@ -2,11 +2,11 @@
 end adds up, and a card never refuses what traits in sync let through
 one at a time (its refusal rates are not checked here)."""
 
-import importlib.util
 import pathlib
-import sys
 
 import pytest
+
+from tests import script_module
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'tools' / 'bench' / 'mig_churn_sim.py'
@@ -15,16 +15,7 @@ RULES = ('lowest-slot', 'best-fit')
 
 @pytest.fixture(scope='module')
 def sim():
-    path = list(sys.path)
-    try:
-        spec = importlib.util.spec_from_file_location('mig_churn_sim',
-                                                      SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        # The script puts the repository first for its own imports.
-        sys.path[:] = path
-    return module
+    return script_module.load(SCRIPT)
 
 
 @pytest.mark.parametrize('pick', ['random', 'pack'])

@@ -1,7 +1,6 @@
 """tools/install_stamp.py: a warm quickstart installs nothing, and any
 change that an install would pick up installs again."""
 
-import importlib.util
 import json
 import pathlib
 import subprocess
@@ -9,16 +8,15 @@ import sys
 
 import pytest
 
+from tests import script_module
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / 'tools' / 'install_stamp.py'
 EXTRAS = 'all-in-one'
 
 
 def load():
-    spec = importlib.util.spec_from_file_location('install_stamp', SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module.load(SCRIPT)
 
 
 install_stamp = load()

@@ -3,7 +3,6 @@
 out), against trees written by ``sysfs.build``: what each reads, writes
 and refuses, links that lead out of the tree included."""
 
-import importlib.util
 import json
 import os
 import sys
@@ -12,6 +11,7 @@ from ansible.module_utils import basic
 import pytest
 
 from cyborg.privsep import playbook
+from tests import script_module
 from tests.unit.drivers.trees import hosts
 from tests.unit.drivers.trees import sysfs
 
@@ -22,11 +22,7 @@ H100_VF_BDFS = [vf.bdf for vf in hosts.H100_VFS]
 
 
 def load(name):
-    spec = importlib.util.spec_from_file_location(
-        name, os.path.join(playbook.LIBRARY, name + '.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module.load(os.path.join(playbook.LIBRARY, name + '.py'))
 
 
 PCI_DRIVER = load('cyborg_pci_driver')

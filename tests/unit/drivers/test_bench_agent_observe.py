@@ -1,18 +1,16 @@
 """tools/bench/agent_observe.py runs on the trees of the repository and
 says what it measured (its numbers are not checked: no timing here)."""
 
-import importlib.util
 import pathlib
+
+from tests import script_module
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 SCRIPT = REPO / 'tools' / 'bench' / 'agent_observe.py'
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location('agent_observe', SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module.load(SCRIPT)
 
 
 def test_bench_observes_every_tree(capsys):

@@ -3,7 +3,6 @@ bindings: what it reads, that it agrees with the service's table, that it
 reports a difference, and that it changes nothing on the card."""
 
 import ctypes
-import importlib.util
 import json
 import pathlib
 import sys
@@ -12,6 +11,7 @@ import pynvml
 import pytest
 
 from cyborg.device_config import mig
+from tests import script_module
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 SCRIPT = REPO / 'tools' / 'nvml_mig_readout.py'
@@ -20,15 +20,7 @@ H100 = '0000:00:06.0'
 
 @pytest.fixture(scope='module')
 def readout():
-    path = list(sys.path)
-    try:
-        spec = importlib.util.spec_from_file_location('nvml_mig_readout',
-                                                      SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = path  # the script puts the repository first
-    return module
+    return script_module.load(SCRIPT)
 
 
 def run(readout, monkeypatch, capsys):
