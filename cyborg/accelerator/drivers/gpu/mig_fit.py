@@ -78,7 +78,7 @@ class _Table:
     what they depend on."""
 
     def __init__(self, card):
-        self.card = card  # kept, so that its id is not reused
+        self.card = card
         self.states = {}  # frozenset of instances -> _State
         self.layouts = {}  # (memory, compute, media, held, first) -> int
         self.placements = [
@@ -87,13 +87,13 @@ class _Table:
             for start in profile.starts]
 
 
-_tables = {}  # id(card) -> _Table
+_tables = {}  # card (frozen, hashable) -> _Table
 
 
 def _state(card, occupied):
-    table = _tables.get(id(card))
-    if table is None or table.card is not card:
-        table = _tables[id(card)] = _Table(card)
+    table = _tables.get(card)
+    if table is None:
+        table = _tables[card] = _Table(card)
     instances = frozenset(occupied)
     state = table.states.get(instances)
     if state is None:
