@@ -7,8 +7,17 @@ some and they differ), then the setup playbook with the wanted ones; the
 privileged side (``cyborg.privsep.playbook``) checks the pair and every
 variable before it runs anything. Kinds without a shipped pair yet are
 answered as failed with that reason, never half applied.
+
+An FPGA base image is no pair: it is loaded through the agent's own
+programming path (``load_bitstream``), the one a bind's bitstream takes:
+the Glance download with its hashes checked, the driver's vendor tool
+run by the privileged helper, under the FPGA's programming lock. A pair
+would have to call back into the agent for all of that; see
+``cyborg.device_config.base_image`` for the steps and why the teardown
+has nothing to undo.
 """
 
+from cyborg.device_config import base_image
 from cyborg.device_config import kinds
 from cyborg.device_config import status as config_status
 
@@ -28,6 +37,11 @@ PAIRS = {
     kinds.VGPU_TYPE: lambda address, settings: (
         'vgpu_type', {'pci_address': address,
                       'mdev_type': settings['mdev_type']}),
+    kinds.MIG_LAYOUT: lambda address, settings: (
+        'mig_layout', {'pci_address': address,
+                       'mig_enabled': settings['mig_enabled'],
+                       'mig_devices': dict(settings.get('mig_devices')
+                                           or {})}),
     # An operator's own pair: its variables, and the device's address
     # (which the pair must declare).
     kinds.PLAYBOOK: lambda address, settings: (
@@ -35,11 +49,45 @@ PAIRS = {
                                    pci_address=address)),
 }
 
+# The kernel drivers of Intel QAT physical functions (the device ids of
+# ``cyborg.accelerator.drivers.qat.intel``), as sysfs names them and by
+# their in-tree module, -> the driver of their VFs. 401xx and 402xx are
+# the 4xxx driver's; d15xx and 200xx are Intel's out-of-tree ones.
+QAT_VF_DRIVERS = {
+    'dh895xcc': 'dh895xccvf', 'qat_dh895xcc': 'dh895xccvf',
+    'c6xx': 'c6xxvf', 'qat_c62x': 'c6xxvf',
+    'c3xxx': 'c3xxxvf', 'qat_c3xxx': 'c3xxxvf',
+    'd15xx': 'd15xxvf', 'qat_d15xx': 'd15xxvf',
+    '200xx': '200xxvf', 'qat_200xx': '200xxvf',
+    '4xxx': '4xxxvf', 'qat_4xxx': '4xxxvf',
+    '420xx': '420xxvf', 'qat_420xx': '420xxvf',
+}
 
-def runs(kind, address, applied, wanted):
-    """[(pair, action, variables)] that take the device at ``address``
-    from ``applied`` (None: as discovered) to ``wanted``."""
-    pair_of = PAIRS[kind]
+
+def _qat_vfs(vf_driver):
+    """The PAIRS entry of a VF count on a QAT PF whose VFs take
+    ``vf_driver``: the qat_vfs pair, which also brings a gen4 device
+    down and up around the change; its services are kept (a playbook
+    policy naming qat_vfs sets them)."""
+    return lambda address, settings: (
+        'qat_vfs', {'pci_address': address, 'num_vfs': settings['num_vfs'],
+                    'vf_driver': vf_driver, 'cfg_services': 'keep'})
+
+
+def pair_for(kind, kernel_driver=None):
+    """The PAIRS entry for settings of ``kind`` on a device that the
+    kernel driver ``kernel_driver`` holds (None: not known): a VF count
+    on a QAT PF takes the QAT pair, any other the kind's own."""
+    if kind == kinds.SRIOV_VFS and kernel_driver in QAT_VF_DRIVERS:
+        return _qat_vfs(QAT_VF_DRIVERS[kernel_driver])
+    return PAIRS[kind]
+
+
+def runs(kind, address, applied, wanted, kernel_driver=None):
+    """[(pair, action, variables)] that take the device at ``address``,
+    held by ``kernel_driver``, from ``applied`` (None: as discovered) to
+    ``wanted``."""
+    pair_of = pair_for(kind, kernel_driver)
     planned = []
     if applied is not None and applied != wanted:
         pair, variables = pair_of(address, applied)
@@ -49,18 +97,26 @@ def runs(kind, address, applied, wanted):
     return planned
 
 
-def apply(kind, address, applied, wanted, run_playbook):
+def apply(kind, address, applied, wanted, run_playbook,
+          load_bitstream=None, kernel_driver=None):
     """Run what ``runs`` plans with ``run_playbook(pair, action,
     variables)`` (the privileged entry point, or a stand-in), stopping at
     the first failure; the result as ``AgentAPI.apply_device_config``
-    answers it."""
+    answers it. ``kernel_driver`` is the one that holds the device, as
+    sysfs shows it now (it picks the pair of a QAT PF's VF count). An
+    FPGA base image is loaded by ``load_bitstream(image id)`` instead:
+    True if it programmed the card, False if the card held the image
+    already; ``base_image.StepFailed`` names a failed step."""
+    if kind == kinds.FPGA_BASE_IMAGE:
+        return _load_base_image(wanted, load_bitstream)
     if kind not in PAIRS:
         return {'state': config_status.FAILED,
                 'failed_task': 'choose the playbooks',
                 'message': 'This agent has no playbook pair for %s '
                            'settings yet.' % kind, 'changed': []}
     changed = []
-    for pair, action, variables in runs(kind, address, applied, wanted):
+    for pair, action, variables in runs(kind, address, applied, wanted,
+                                        kernel_driver):
         result = run_playbook(pair, action, variables)
         changed += ['%s %s: %s' % (pair, action, task['name'])
                     for task in result['tasks']
@@ -75,3 +131,14 @@ def apply(kind, address, applied, wanted, run_playbook):
                     'changed': changed}
     return {'state': config_status.APPLIED, 'failed_task': None,
             'message': '', 'changed': changed}
+
+
+def _load_base_image(wanted, load_bitstream):
+    if load_bitstream is None:
+        return base_image.failed(base_image.PROGRAM,
+                                 'This agent cannot program FPGAs.')
+    try:
+        programmed = load_bitstream(wanted['bitstream_uuid'])
+    except base_image.StepFailed as exc:
+        return base_image.failed(exc.task, exc.message)
+    return base_image.applied(programmed)

@@ -64,6 +64,7 @@ from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.clients import placement as placement_client
 from cyborg.conductor import placement_sync
 from cyborg.conductor import rpcapi as conductor_rpcapi
+from cyborg.device_config import base_image
 from cyborg.device_config import status as config_status
 from cyborg.metrics import agent as agent_metrics
 from cyborg.metrics import endpoint as metrics_endpoint
@@ -125,6 +126,13 @@ def _address_text(info):
                                         info['device'], info['function']))
     except (KeyError, TypeError):
         return repr(info)
+
+
+def _kernel_driver(driver, address):
+    """The kernel driver that holds the PCI function at ``address`` now,
+    as ``driver``'s reader finds it; None if none does, or it is gone."""
+    function = driver.pci.function(address)
+    return function.kernel_driver if function is not None else None
 
 
 def _uuid_hex(value):
@@ -248,18 +256,28 @@ class AgentManager:
     @_answers_errors
     @rpc.ignores_unknown_args
     def program(self, context, driver_name, controlpath_info, bitstream):
-        started = time.monotonic()
         driver = self._driver(driver_name)
         device = self._find_device(driver, controlpath_info)
-        address = _address_text(device.controlpath_info)
         fields = agent_rpcapi.BITSTREAM.load(bitstream)
-        image_id = fields['image_id']
         try:
             properties = dict(fields['properties'] or {})
         except (TypeError, ValueError):
             raise agent_rpcapi.AgentError(
                 'A bitstream is {"image_id", "properties"}, not %r'
                 % (bitstream,))
+        summary = self._load(driver, device, fields['image_id'], properties)
+        if summary['programmed']:
+            self.request_report()
+        return agent_rpcapi.PROGRAM_SUMMARY.dump(summary)
+
+    def _load(self, driver, device, image_id, properties):
+        """Load Glance image ``image_id`` (its ``properties`` as Glance
+        gives them) into the FPGA ``device`` of ``driver``, one program
+        at a time per FPGA: what a bind's program and an FPGA base image
+        both run. The programming summary."""
+        started = time.monotonic()
+        driver_name = driver.name
+        address = _address_text(device.controlpath_info)
         wanted = properties.get('bs-uuid') or image_id
         with self._program_lock(driver_name, address):
             # Under the device's lock: a program of the same image that
@@ -270,10 +288,9 @@ class AgentManager:
                 LOG.info('FPGA %s of %s already holds bitstream %s (image '
                          '%s); not programming it again', address,
                          driver_name, wanted, image_id)
-                return agent_rpcapi.PROGRAM_SUMMARY.dump({
-                    'device': address, 'image_id': image_id,
-                    'function_uuid': properties.get('function_uuid'),
-                    'seconds': 0.0, 'programmed': False})
+                return {'device': address, 'image_id': image_id,
+                        'function_uuid': properties.get('function_uuid'),
+                        'seconds': 0.0, 'programmed': False}
             glance = self._glance_client()
             with tempfile.TemporaryDirectory(
                     prefix='cyborg-bitstream-') as directory:
@@ -294,24 +311,39 @@ class AgentManager:
         seconds = time.monotonic() - started
         LOG.info('Programmed FPGA %s with image %s in %.1f s', address,
                  image_id, seconds)
-        self.request_report()
-        return agent_rpcapi.PROGRAM_SUMMARY.dump({
-            'device': address,
-            'image_id': image_id,
-            'function_uuid': properties.get('function_uuid'),
-            'seconds': round(seconds, 3),
-            'programmed': True})
+        return {'device': address, 'image_id': image_id,
+                'function_uuid': properties.get('function_uuid'),
+                'seconds': round(seconds, 3), 'programmed': True}
+
+    def _load_base_image(self, driver, device, image_id):
+        """``device_config.apply``'s ``load_bitstream``: ``_load`` of the
+        image as Glance describes it, each failure named by its step."""
+        try:
+            image = self._glance_client().get_bitstream(image_id)
+        except exception.CyborgError as exc:
+            raise base_image.StepFailed(base_image.FIND_IMAGE, exc.message)
+        try:
+            return self._load(driver, device, image_id,
+                              dict(image['properties']))['programmed']
+        except agent_rpcapi.BitstreamUnavailable as exc:
+            raise base_image.StepFailed(base_image.DOWNLOAD, exc.message)
+        except base.DriverError as exc:
+            raise base_image.StepFailed(base_image.PROGRAM, exc.message)
 
     @_answers_errors
     @rpc.ignores_unknown_args
     def apply_device_config(self, context, controlpath_info, kind,
                             applied_settings, wanted_settings):
-        address = self._discovered_address(controlpath_info)
+        driver, device = self._device_at(controlpath_info)
+        address = _address_text(device.controlpath_info)
         with self._program_lock('device-config', address):
             try:
                 result = device_config.apply(
                     kind, address, applied_settings, wanted_settings,
-                    self._privileged_playbook)
+                    self._privileged_playbook,
+                    functools.partial(self._load_base_image, driver,
+                                      device),
+                    kernel_driver=_kernel_driver(driver, address))
             except base.DriverError as exc:
                 result = {'state': config_status.FAILED,
                           'failed_task': 'run the playbooks',
@@ -330,15 +362,14 @@ class AgentManager:
                              % (action, pair)):
             return self.run_playbook(pair, action, variables)
 
-    def _discovered_address(self, controlpath_info):
-        """The PCI address of ``controlpath_info`` if a driver of this
+    def _device_at(self, controlpath_info):
+        """(driver, device) of ``controlpath_info`` if a driver of this
         agent finds a device there: configuration touches nothing else."""
         for driver in self.drivers:
             try:
-                device = self._find_device(driver, controlpath_info)
+                return driver, self._find_device(driver, controlpath_info)
             except agent_rpcapi.NotOnThisHost:
                 continue
-            return _address_text(device.controlpath_info)
         raise agent_rpcapi.NotOnThisHost(
             'No driver on host %s finds a device at %s'
             % (self.conf.host, _address_text(controlpath_info)))

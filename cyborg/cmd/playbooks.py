@@ -13,7 +13,7 @@ check, and more:
 - ``variables.yml`` is a valid declaration;
 - both playbooks pass ``ansible-playbook --syntax-check`` with the
   shipped modules (``cyborg_sysfs_attribute``, ``cyborg_pci_driver``,
-  ``cyborg_vgpu_type``) on the library path;
+  ``cyborg_vgpu_type``, ``cyborg_mig_layout``) on the library path;
 - every variable the playbooks read is declared, registered by a task,
   set by the host (``sysfs_root``, ``nvml_library``) or Ansible's own;
   a declared variable that no playbook reads is a warning;
@@ -21,6 +21,9 @@ check, and more:
 
 Exit status: 0 when every pair passes, 1 when one only warns, 2 when one
 fails.
+
+``cyborg-playbooks plan [POLICY]`` shows what a policy would do on this
+host without changing anything (``cyborg.cmd.playbook_plan``).
 """
 
 import argparse
@@ -33,6 +36,7 @@ import jinja2
 from jinja2 import meta as jinja_meta
 import yaml
 
+from cyborg.cmd import playbook_plan
 from cyborg.device_config import declared
 from cyborg.privsep import checks
 from cyborg.privsep import playbook
@@ -187,7 +191,10 @@ def main(argv=None):
     checking = commands.add_parser('check', help='check a directory of '
                                    'playbook pairs')
     checking.add_argument('directory', nargs='?', default=DEFAULT_DIRECTORY)
+    playbook_plan.add_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == 'plan':
+        return playbook_plan.main(args)
     return check(os.path.abspath(args.directory))
 
 

@@ -35,6 +35,7 @@ is in use, and none when the card already holds the bitstream asked
 for.
 """
 
+import contextlib
 import datetime
 import json
 import threading
@@ -52,6 +53,7 @@ from cyborg.db import models
 from cyborg.db.api import arqs as db
 from cyborg.db.api import device_config_status as config_db
 from cyborg.db.api import device_health
+from cyborg.device_config import base_image
 from cyborg.metrics import conductor as conductor_metrics
 from cyborg.notifications import emit
 from cyborg.notifications import notifier as notifier_module
@@ -81,6 +83,11 @@ class ProgramRefused(BindRefused):
     """Why an operator's programming of a deployable is refused."""
 
     code = 'cyborg.deployable.program_refused'
+
+
+class CardBusy(ProgramRefused):
+    """The card is reserved by another program or bind, or a handle of it
+    is in use: a program that can wait asks again later."""
 
 
 class _InFlight:
@@ -535,10 +542,58 @@ class Binder:
                                      % deployable_uuid)
         self._check_programmable(deployable, 'Programming was asked',
                                  ProgramRefused)
+        with self._reserved_idle(context, deployable) as attributes:
+            image = self._fitting_image(deployable, attributes, image_uuid)
+            return self._program(context, deployable, image, 'the operator')
+
+    def apply_base_image(self, context, device_id, image_uuid, apply):
+        """An FPGA base image of device configuration, run the way an
+        operator's program call runs: under the card's reservation, with
+        no handle of it in use and the image checked to exist and fit,
+        ``apply(timeout=...)`` has the agent load it (its
+        ``apply_device_config``), and the card's bitstream is recorded
+        once applied. Returns the agent's result, or a failed one that
+        names the step (``base_image``) that refused; raises CardBusy
+        while another program or bind holds the card or a handle of it
+        is in use."""
+        # FPGA drivers make one deployable per card.
+        found = db.deployables_of_device(context, device_id)
+        if not found or found[0]['device_type'] != 'FPGA':
+            return base_image.failed(
+                base_image.FIND_FPGA, 'The device offers no FPGA deployable '
+                'to program: it is not an FPGA, or its driver finds no '
+                'FPGA region on it (is the FPGA\'s kernel driver loaded?).')
+        deployable = found[0]
+        if self.glance is None:
+            return base_image.failed(
+                base_image.FIND_IMAGE, 'No image service is configured '
+                '([glance]) on conductor %s.' % self.owner)
+        with self._reserved_idle(context, deployable) as attributes:
+            try:
+                image = self._fitting_image(deployable, attributes,
+                                            image_uuid)
+            except ProgramRefused as exc:
+                return base_image.failed(base_image.CHECK_IMAGE, exc.message)
+            except exception.CyborgError as exc:
+                return base_image.failed(base_image.FIND_IMAGE, exc.message)
+            LOG.info('Loading base image %s into %s on %s', image['id'],
+                     deployable['name'], deployable['hostname'])
+            result = apply(
+                timeout=self.conf.conductor.agent_program_timeout)
+            if result.get('state') == config_db.APPLIED:
+                db.record_bitstream(context, deployable['id'],
+                                    _bitstream_id(image))
+            return result
+
+    @contextlib.contextmanager
+    def _reserved_idle(self, context, deployable):
+        """The card's reservation, held while no handle of it is in use;
+        CardBusy if another holds it or a handle is in use. Yields the
+        deployable's attributes."""
         holder = self._holder()
         other = self._reserve(context, deployable, holder)
         if other is not None:
-            raise ProgramRefused(
+            raise CardBusy(
                 'Deployable %s is being programmed or bound by conductor '
                 '%s; try again once it is done.'
                 % (deployable['name'], other.split(' ')[0]))
@@ -548,20 +603,24 @@ class Binder:
             attributes, in_use = db.programming_facts(context,
                                                       deployable['id'])
             if in_use:
-                raise ProgramRefused(
+                raise CardBusy(
                     'Deployable %s has %d accelerators in use; programming '
                     'it would pull them from under their instances.'
                     % (deployable['name'], in_use))
-            image = self.glance.get_bitstream(image_uuid)
-            facts = bitstreams.FPGAFacts.from_device(deployable, attributes)
-            reason = bitstreams.mismatch(image, facts)
-            if reason:
-                raise ProgramRefused(
-                    'Image %s does not fit deployable %s: it %s.'
-                    % (image_uuid, deployable['name'], reason))
-            return self._program(context, deployable, image, 'the operator')
+            yield attributes
         finally:
             db.release_deployable(context, deployable['id'], holder)
+
+    def _fitting_image(self, deployable, attributes, image_uuid):
+        """Glance image ``image_uuid``; ProgramRefused with the rule it
+        breaks if it does not fit the card."""
+        image = self.glance.get_bitstream(image_uuid)
+        facts = bitstreams.FPGAFacts.from_device(deployable, attributes)
+        reason = bitstreams.mismatch(image, facts)
+        if reason:
+            raise ProgramRefused('Image %s does not fit deployable %s: it %s.'
+                                 % (image_uuid, deployable['name'], reason))
+        return image
 
     def _check_programmable(self, deployable, what, error):
         if deployable['device_type'] != 'FPGA':

@@ -15,11 +15,15 @@ host one after another:
   reservation, then goes to applying. A device in use is never touched.
 - applying: the host's agent runs the teardown playbook with what was
   applied and the setup playbook with what is wanted, discovers again
-  and reports, and answers. Applied releases the device; failed keeps it
-  out of scheduling, with the failed task and its message, until the
-  operator changes the policy (which makes it pending again). An agent
-  that does not answer (killed, restarting) is asked again at the next
-  pass: an applied setting is a no-op the second time.
+  and reports, and answers. An FPGA base image is loaded instead the
+  way an operator's program call loads one (``Binder.apply_base_image``:
+  under the card's programming reservation, the image checked first);
+  while a program or bind holds the card it waits for the next pass.
+  Applied releases the device; failed keeps it out of scheduling, with
+  the failed task and its message, until the operator changes the
+  policy (which makes it pending again). An agent that does not answer
+  (killed, restarting) is asked again at the next pass: an applied
+  setting is a no-op the second time.
 
 Every move is a compare-and-set of the row: a policy changed meanwhile
 (the row pending again) wins over a move decided before it.
@@ -33,14 +37,18 @@ once per conductor process.
 
 import concurrent.futures
 import dataclasses
+import functools
 import logging
 
 import oslo_messaging as messaging
 
 from cyborg import exception
+from cyborg.conductor import binding
 from cyborg.db.api import device_config_policies as policies_db
 from cyborg.db.api import device_config_status as config_db
 from cyborg.db.api import host_sync_states as states_db
+from cyborg.device_config import base_image
+from cyborg.device_config import kinds
 from cyborg.notifications import emit
 
 LOG = logging.getLogger(__name__)
@@ -51,11 +59,14 @@ _MESSAGE_CHARS = 2000
 
 
 class Rollout:
-    """See the module's docstring. ``agent`` is an ``AgentAPI``."""
+    """See the module's docstring. ``agent`` is an ``AgentAPI``;
+    ``binder`` (the conductor's ``Binder``) programs FPGA base images."""
 
-    def __init__(self, sync, agent, drain_hosts=1, notifier=None):
+    def __init__(self, sync, agent, drain_hosts=1, notifier=None,
+                 binder=None):
         self.sync = sync
         self.agent = agent
+        self.binder = binder
         self.drain_hosts = drain_hosts
         self.notifier = notifier
         self._unfit = set()  # ids of found devices warned of as unfit
@@ -176,10 +187,19 @@ class Rollout:
                        message='The device has no PCI address to '
                                'configure.')
             return
+        ask = functools.partial(
+            self.agent.apply_device_config, context, item.hostname,
+            item.controlpath_info, item.kind, item.applied_settings,
+            item.wanted_settings)
         try:
-            result = self.agent.apply_device_config(
-                context, item.hostname, item.controlpath_info, item.kind,
-                item.applied_settings, item.wanted_settings)
+            if item.kind == kinds.FPGA_BASE_IMAGE:
+                result = self._load_base_image(context, item, ask)
+            else:
+                result = ask()
+        except binding.CardBusy as exc:
+            LOG.info('Device %s on %s: its base image waits: %s',
+                     item.device_uuid, item.hostname, exc.message)
+            return
         except messaging.MessagingTimeout:
             LOG.warning('Device %s on %s: its agent did not answer the '
                         'configuration in time; asking again at the next '
@@ -206,6 +226,14 @@ class Rollout:
                         result.get('failed_task'), result.get('message'))
         if moved is not None:
             self.sync.sync_host(context, item.hostname)
+
+    def _load_base_image(self, context, item, ask):
+        if self.binder is None:
+            return base_image.failed(base_image.FIND_FPGA, 'This conductor '
+                                     'does not program FPGAs.')
+        return self.binder.apply_base_image(
+            context, item.device_id, item.wanted_settings['bitstream_uuid'],
+            ask)
 
     def _announce(self, context, item, state):
         if self.notifier is None:

@@ -433,7 +433,7 @@ class ConductorService(service.Service):
         # Device configuration: drain, apply through the agent, release.
         rollout = device_config.Rollout(
             sync, agent, drain_hosts=conf.conductor.config_drain_hosts,
-            notifier=notifier)
+            notifier=notifier, binder=binder)
         self.add_periodic('device-config', conf.conductor.config_interval,
                           _PlacementPass(rollout.run_pass, context,
                                          self.membership).run)

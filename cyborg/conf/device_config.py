@@ -29,6 +29,17 @@ opts = [
                max=MAX_PLAYBOOK_SECONDS,
                help='Seconds one playbook run may take before it is '
                     'stopped and its device left failed.'),
+    cfg.StrOpt('nvml_library',
+               default='libnvidia-ml.so.1',
+               help='The NVML library the MIG playbooks load (the '
+                    'nvml_library variable of every playbook): a library '
+                    'name the dynamic loader finds, or an absolute path. '
+                    'An absolute path to a Python file (.py) names a '
+                    'replay of a recorded card instead, which defines '
+                    'install(pynvml): for dry runs and tests, never for a '
+                    'host whose cards are in use. Like the playbooks, such '
+                    'a file and every directory above it must belong to '
+                    'root alone.'),
 ]
 
 

@@ -10,7 +10,10 @@ its type::
     profile: {type: string, pattern: '[1-9]g\\.[0-9]+gb', max_length: 16}
     mode: {type: choice, values: [enabled, disabled]}
     persistent: {type: boolean}
+    mig_devices: {type: counts, pattern: '[1-9]g\\.[0-9]+gb', max: 7}
 
+A ``counts`` value maps names (each matching the pattern) to whole
+numbers from 0 to its ``max``: how many of each, as a MIG layout.
 Every declared variable must be given a value of its type, and nothing
 undeclared may be given. ``sysfs_root`` and ``nvml_library`` are never
 declared: the host's privileged side sets them from its own
@@ -32,13 +35,16 @@ PCI_ADDRESS = re.compile(r'[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
 MAX_LENGTH = 255
 MAX_VARIABLES = 64
 _TEMPLATE = re.compile(r'[{}%#]')
-TYPES = ('integer', 'string', 'pci_address', 'choice', 'boolean')
+TYPES = ('integer', 'string', 'pci_address', 'choice', 'boolean', 'counts')
+# The most names one counts value holds.
+MAX_COUNTS = 32
 _FIELDS = {
     'integer': {'min', 'max'},
     'string': {'pattern', 'max_length'},
     'pci_address': set(),
     'choice': {'values'},
     'boolean': set(),
+    'counts': {'pattern', 'max'},
 }
 
 
@@ -93,16 +99,22 @@ def _check_spec(what, kind, spec):
             if bound in spec and not _is_int(spec[bound]):
                 raise Invalid('%s: %s must be a whole number.'
                               % (what, bound))
-    elif kind == 'string':
+    elif kind in ('string', 'counts'):
         pattern = spec.get('pattern')
         if not isinstance(pattern, str):
-            raise Invalid('%s: a string needs a pattern its values must '
-                          'match.' % what)
+            raise Invalid('%s: a %s needs a pattern its %s must match.'
+                          % (what, kind, 'values' if kind == 'string'
+                             else 'names'))
         try:
             re.compile(pattern)
         except re.error as exc:
             raise Invalid('%s: the pattern is not a regular expression '
                           '(%s).' % (what, exc))
+        if kind == 'counts':
+            if not _is_int(spec.get('max')) or spec['max'] < 0:
+                raise Invalid('%s: counts need a max, a whole number.'
+                              % what)
+            return
         length = spec.get('max_length', MAX_LENGTH)
         if not _is_int(length) or not 1 <= length <= MAX_LENGTH:
             raise Invalid('%s: max_length must be from 1 to %d.'
@@ -154,6 +166,8 @@ def _check_value(name, spec, value):
         if not isinstance(value, str) or not PCI_ADDRESS.fullmatch(value):
             raise Invalid('%s must be a PCI address (dddd:bb:dd.f, lower-'
                           'case hex digits), not %s.' % (name, _shown(value)))
+    elif kind == 'counts':
+        _check_counts(name, spec, value)
     elif kind == 'choice':
         if value not in spec['values']:
             raise Invalid('%s must be one of %s, not %s.' % (
@@ -168,6 +182,23 @@ def _check_value(name, spec, value):
                               name, spec['pattern'],
                               spec.get('max_length', MAX_LENGTH),
                               _shown(value)))
+
+
+def _check_counts(name, spec, value):
+    if not isinstance(value, dict) or len(value) > MAX_COUNTS:
+        raise Invalid('%s must map at most %d names to counts, not %s.'
+                      % (name, MAX_COUNTS, _shown(value)))
+    for key, count in value.items():
+        if (not isinstance(key, str) or len(key) > MAX_LENGTH
+                or _TEMPLATE.search(key)
+                or not re.fullmatch(spec['pattern'], key)):
+            raise Invalid('The names in %s must match %s (no template '
+                          'delimiters), not %s.' % (name, spec['pattern'],
+                                                    _shown(key)))
+        if not _is_int(count) or not 0 <= count <= spec['max']:
+            raise Invalid('The count of %s in %s must be a whole number '
+                          'from 0 to %d, not %s.' % (key, name, spec['max'],
+                                                     _shown(count)))
 
 
 def _range(spec):

@@ -23,8 +23,9 @@ VERSION = '1.0'
 
 # Device types of the API (Device.type).
 DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
-# What a VM is given (AttachHandle.attach_type).
-ATTACH_TYPES = ('PCI', 'MDEV', 'TEST_PCI')
+# What a VM or workload is given (AttachHandle.attach_type): a MIG
+# instance of a GPU goes to a container or a host process by its UUID.
+ATTACH_TYPES = ('PCI', 'MDEV', 'MIG', 'TEST_PCI')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +69,8 @@ class AttachHandle:
 
     attach_type: str
     # Strings only: domain, bus, device, function for PCI; plus
-    # physical_network for NICs; asked_type and vgpu_mark for MDEV.
+    # physical_network for NICs; asked_type and vgpu_mark for MDEV; the
+    # GPU's address, gi_id, ci_id, start and mig_uuid for MIG.
     attach_info: dict
 
     @property

@@ -18,15 +18,29 @@ minimal environment, no capability at all (``setpriv``: uid 0 writes
 root's sysfs files as their owner, which needs none) and at most
 ``[device_config] playbook_timeout`` seconds. A failed run is no error
 here: its status, the failed task and its message come back.
+
+A run does not outlive the process that asked for it. The runner holds
+the read end of a pipe, its lifeline, whose other end only this process
+holds: when that end closes, the runner kills every process of the run
+and ends. It closes at the run's deadline, when this process begins to
+exit, or with this process if it is killed. The privsep daemon begins to
+exit when its agent is gone (oslo.privsep ends its loop when the agent's
+socket closes): the run of an agent killed meanwhile stops there, rather
+than going on beside the one its restarted agent is asked for. The
+runner is in a session of its own, so that a kill of the agent's process
+group, which holds the daemon, leaves it to stop the run.
 """
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 import cyborg.device_config
 from cyborg.device_config import declared
@@ -37,8 +51,17 @@ SHIPPED = os.path.join(os.path.dirname(cyborg.device_config.__file__),
                        'playbooks')
 # The modules the shipped playbooks use, offered to operators' too.
 LIBRARY = os.path.join(SHIPPED, 'library')
+# The library NVML's bindings load when nothing else is configured.
+DEFAULT_NVML = 'libnvidia-ml.so.1'
+_LIBRARY_NAME = re.compile(r'lib[A-Za-z0-9_.+-]+\.so(\.[0-9]+)*')
 # Seconds the runner gets beyond the playbook's own limit to report.
 _GRACE = 30
+# Seconds between two looks at the deadline and at this process.
+_WATCH = 0.5
+# Set once this process begins to exit: the runs in flight stop.
+_exiting = threading.Event()
+_hooked = False
+_hook_lock = threading.Lock()
 
 
 class PlaybookError(Exception):
@@ -114,7 +137,8 @@ def check_ownership(directory, what):
                                          % (what, path))
 
 
-def checked_run(name, action, variables, sysfs_root):
+def checked_run(name, action, variables, sysfs_root,
+                nvml_library=DEFAULT_NVML):
     """(pair directory, extra variables) of a run the daemon may make."""
     if action not in declared.ACTIONS:
         raise checks.InvalidArgument('%r is not a playbook action (%s)'
@@ -126,7 +150,25 @@ def checked_run(name, action, variables, sysfs_root):
         declared.check_values(declaration, variables)
     except declared.Invalid as exc:
         raise checks.InvalidArgument('playbook pair %s: %s' % (name, exc))
-    return directory, dict(variables, sysfs_root=sysfs_root)
+    return directory, dict(variables, sysfs_root=sysfs_root,
+                           nvml_library=checked_nvml(nvml_library))
+
+
+def checked_nvml(library):
+    """``library`` if a playbook may load it: a bare library name for
+    the dynamic loader, or an absolute path that root alone may change
+    (a replay of a recorded card, ``.py``, included)."""
+    if not isinstance(library, str) or not library:
+        raise checks.InvalidArgument('nvml_library must name a library')
+    if '/' not in library:
+        if not _LIBRARY_NAME.fullmatch(library):
+            raise checks.InvalidArgument('%r is not a library name'
+                                         % (library,))
+        return library
+    if not os.path.isabs(library):
+        raise checks.InvalidArgument('nvml_library %s is neither a library '
+                                     'name nor an absolute path' % library)
+    return trusted_chain(library, 'nvml_library')
 
 
 @agent_pctxt.entrypoint
@@ -136,16 +178,20 @@ def run_playbook(name, action, variables, check_mode=False):
     Answers the runner's summary (``playbook_runner.summary``)."""
     if not isinstance(check_mode, bool):
         raise checks.InvalidArgument('check_mode must be true or false')
+    conf = checks.daemon_conf().device_config
     return run(name, action, variables, check_mode, checks.sysfs_root(),
-               checks.daemon_conf().device_config.playbook_timeout)
+               conf.playbook_timeout, nvml_library=conf.nvml_library)
 
 
-def run(name, action, variables, check_mode, sysfs_root, timeout):
-    """``run_playbook`` against the tree at ``sysfs_root``, within
-    ``timeout`` seconds: what the entry point does with the daemon's
-    own configuration (and tools that simulate many hosts, each with a
-    tree of its own, with theirs)."""
-    directory, extravars = checked_run(name, action, variables, sysfs_root)
+def run(name, action, variables, check_mode, sysfs_root, timeout,
+        nvml_library=DEFAULT_NVML):
+    """``run_playbook`` against the tree at ``sysfs_root`` and the NVML
+    of ``nvml_library``, within ``timeout`` seconds: what the entry
+    point does with the daemon's own configuration (and tools that
+    simulate many hosts, each with a tree and cards of its own, with
+    theirs)."""
+    directory, extravars = checked_run(name, action, variables, sysfs_root,
+                                       nvml_library)
     setpriv = shutil.which('setpriv')
     if setpriv is None:
         raise PlaybookError('setpriv (util-linux), which runs playbooks '
@@ -162,17 +208,69 @@ def run(name, action, variables, check_mode, sysfs_root, timeout):
         env = {'PATH': os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:'
                                       '/bin'),
                'HOME': private, 'LC_ALL': 'C.UTF-8', 'LANG': 'C.UTF-8'}
-        try:
-            done = subprocess.run(argv, input=json.dumps(spec),
-                                  capture_output=True, text=True, env=env,
-                                  cwd=private, timeout=timeout + _GRACE,
-                                  check=False)
-        except subprocess.TimeoutExpired:
-            raise PlaybookError('the playbook runner did not end within '
-                                '%d s' % (timeout + _GRACE))
-        if done.returncode != 0:
+        _stop_runs_at_exit()
+        lifeline, held = os.pipe()
+        spec['lifeline'] = lifeline  # the same number in the runner
+        with os.fdopen(held, 'wb') as held:
+            try:
+                runner = subprocess.Popen(
+                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, text=True, env=env,
+                    cwd=private, pass_fds=(lifeline,),
+                    start_new_session=True)
+            finally:
+                os.close(lifeline)
+            with runner:
+                stdout, stderr = _wait(runner, json.dumps(spec),
+                                       timeout + _GRACE, held)
+        if runner.returncode != 0:
             raise PlaybookError('the playbook runner failed (exit %d): %s'
-                                % (done.returncode, done.stderr[-2000:]))
-        return json.loads(done.stdout)
+                                % (runner.returncode, stderr[-2000:]))
+        return json.loads(stdout)
     finally:
         shutil.rmtree(private, ignore_errors=True)
+
+
+def _wait(runner, text, seconds, lifeline):
+    """The (stdout, stderr) of ``runner`` once it ends, given ``text``
+    on its standard input. Past ``seconds``, or once this process
+    begins to exit, ``lifeline`` is closed (the runner stops the run)
+    and PlaybookError says why."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return runner.communicate(text, timeout=_WATCH)
+        except subprocess.TimeoutExpired:
+            text = None  # written: communicate() goes on reading
+        if _exiting.is_set():
+            why = 'the playbook run was stopped: the process that asked ' \
+                  'for it is exiting'
+        elif time.monotonic() > deadline:
+            why = 'the playbook runner did not end within %d s' % seconds
+        else:
+            continue
+        lifeline.close()
+        try:
+            runner.communicate(timeout=_GRACE)
+        except subprocess.TimeoutExpired:
+            runner.kill()
+            runner.communicate()
+        raise PlaybookError(why)
+
+
+def _stop_runs_at_exit():
+    """Have the runs in flight stop as soon as this process begins to
+    exit. Python runs this hook before it waits for the threads left
+    (concurrent.futures' own hook, which the privsep daemon's pool of
+    call threads is joined by, comes after it: it was registered
+    before, when the pool started); an ``atexit`` function would come
+    only after the runs had ended."""
+    global _hooked
+    with _hook_lock:
+        if _hooked:
+            return
+        _hooked = True
+        try:
+            threading._register_atexit(_exiting.set)
+        except RuntimeError:  # exiting already
+            _exiting.set()

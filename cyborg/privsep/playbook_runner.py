@@ -6,11 +6,23 @@ The playbook runs on this host only (an inventory of ``localhost`` with
 the local connection), with ansible-core's own configuration files out
 of the way (``ANSIBLE_CONFIG`` points at an empty file) and every
 temporary file in the run's private directory.
+
+No process of the run outlives it. The runner is the child subreaper of
+the run: ansible's workers start sessions of their own, and a process
+whose parent dies is given to the runner, not to init. When the run
+ends, and as soon as the daemon closes its end of the lifeline (the
+pipe whose read end ``lifeline`` names), the runner kills every process
+below it.
 """
 
+import contextlib
+import ctypes
 import json
 import os
+import signal
 import sys
+import threading
+import time
 
 import ansible_runner
 
@@ -93,9 +105,74 @@ def run(spec):
     return summary(runner)
 
 
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _adopt_orphans():
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, 'prctl(PR_SET_CHILD_SUBREAPER): %s'
+                      % os.strerror(errno))
+
+
+def _living_below(pid):
+    """The pids of the processes below ``pid`` that have not ended."""
+    children = {}
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            with open('/proc/%s/stat' % entry) as f:
+                state, parent = f.read().rsplit(')', 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        if state != 'Z':
+            children.setdefault(int(parent), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def stop_everything():
+    """Kill every process below this one, and reap those given to it,
+    until none is left."""
+    while True:
+        below = _living_below(os.getpid())
+        if not below:
+            return
+        for pid in below:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+
+
+def _stop_when_cut(lifeline):
+    """Wait until the daemon closes its end of ``lifeline`` (nothing is
+    ever written to it), then stop the run and end."""
+    os.read(lifeline, 1)
+    stop_everything()
+    sys.stderr.write('the run was stopped: the privsep daemon closed its '
+                     'lifeline\n')
+    sys.stderr.flush()
+    os._exit(3)
+
+
 def main():
     spec = json.load(sys.stdin)
-    result = run(spec)
+    _adopt_orphans()
+    threading.Thread(target=_stop_when_cut, args=(spec['lifeline'],),
+                     daemon=True).start()
+    try:
+        result = run(spec)
+    finally:
+        stop_everything()
     json.dump(result, sys.stdout)
 
 

@@ -44,7 +44,8 @@ def run(top):
 def test_the_shipped_pairs_pass():
     status, out = run(playbook.SHIPPED)
     assert status == 0, out
-    assert out.splitlines() == ['OK   driver_binding', 'OK   sriov_vfs',
+    assert out.splitlines() == ['OK   driver_binding', 'OK   mig_layout',
+                                'OK   qat_vfs', 'OK   sriov_vfs',
                                 'OK   vgpu_type']
 
 

@@ -552,6 +552,14 @@ def deployables_for_binding(context, rp_uuid):
     return [dict(row._mapping) for row in rows]
 
 
+def deployables_of_device(context, device_id):
+    """Every deployable of the device, with its device, by id."""
+    with context.db.reader(context) as session:
+        rows = session.execute(_binding_query(
+            Deployable.device_id == device_id)).all()
+    return [dict(row._mapping) for row in rows]
+
+
 def programming_facts(context, deployable_id, except_handle=None,
                       same_request=None):
     """What programming a deployable needs to know besides its row: its

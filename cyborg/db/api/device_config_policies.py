@@ -68,6 +68,25 @@ def get_status(context, uuid):
         return policy, status_db.list_status(connection, policy.id)
 
 
+def list_device_status(context, hostname=None, state=None, policy=None):
+    """``device_config_status.DeviceStatus`` of every selected device,
+    narrowed to a host, a state or a policy (its name or uuid) when
+    given; NotFound if no such policy."""
+    with context.db.read_connection(context) as connection:
+        policy_id = None
+        if policy is not None:
+            policy_id = connection.execute(
+                sa.select(policies.c.id).where(sa.or_(
+                    policies.c.name == policy, policies.c.uuid == policy))
+            ).scalar()
+            if policy_id is None:
+                raise exception.NotFound(
+                    'No device configuration policy named %s exists.'
+                    % policy, code='cyborg.device_config_policy.not_found')
+        return status_db.list_devices(connection, hostname=hostname,
+                                      state=state, policy_id=policy_id)
+
+
 @_retry_on_deadlock
 def create_policy(context, values):
     """Store a policy (``values``: uuid, name, priority, host_selector,

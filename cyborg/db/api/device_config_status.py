@@ -228,6 +228,66 @@ def list_status(connection, policy_id):
         .order_by(_devices.c.hostname, _devices.c.uuid)).all()
 
 
+@dataclasses.dataclass(frozen=True)
+class DeviceStatus:
+    """A status row with what an operator needs to find its device."""
+
+    hostname: str
+    device_uuid: str
+    address: str | None  # the PCI address, else another control path
+    policy_uuid: str
+    policy_name: str
+    state: str
+    wanted_settings: dict
+    applied_settings: dict | None
+    failed_task: str | None
+    message: str | None
+    created_at: object
+    updated_at: object
+
+
+def list_devices(connection, hostname=None, state=None, policy_id=None):
+    """``DeviceStatus`` of every status row, narrowed to a host, a state
+    or a policy when given, by host and address."""
+    where = []
+    if hostname is not None:
+        where.append(_devices.c.hostname == hostname)
+    if state is not None:
+        where.append(status.c.state == state)
+    if policy_id is not None:
+        where.append(status.c.policy_id == policy_id)
+    rows = connection.execute(
+        sa.select(status.c.device_id, _devices.c.hostname, _devices.c.uuid,
+                  _policies.c.uuid, _policies.c.name, status.c.state,
+                  status.c.wanted_settings, status.c.applied_settings,
+                  status.c.failed_task, status.c.message,
+                  status.c.created_at, status.c.updated_at)
+        .join(_devices, _devices.c.id == status.c.device_id)
+        .join(_policies, _policies.c.id == status.c.policy_id)
+        .where(*where)).all()
+    addresses = _addresses(connection, [row[0] for row in rows])
+    return sorted(
+        (DeviceStatus(row[1], row[2], addresses.get(row[0]), *row[3:])
+         for row in rows),
+        key=lambda d: (d.hostname, d.address or '', d.device_uuid))
+
+
+def _addresses(connection, device_ids):
+    """{device id: its address}, a PCI control path's first."""
+    pci, other = {}, {}
+    for start in range(0, len(device_ids), 500):  # bounded IN lists
+        for device_id, kind, info in connection.execute(
+                sa.select(_controlpaths.c.device_id, _controlpaths.c.cpid_type,
+                          _controlpaths.c.cpid_info)
+                .where(_controlpaths.c.device_id.in_(
+                    device_ids[start:start + 500]))
+                .order_by(_controlpaths.c.id)):
+            chosen = pci if kind == 'PCI' else other
+            chosen.setdefault(device_id, inventory.controlpath_address(
+                kind, json.loads(info)))
+    return {**other, **pci}
+
+
 # -- the rollout ---------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)

@@ -3,12 +3,14 @@ real ansible-runner and ansible-core.
 
 One daemon for the module, started as the agent starts it, with ``[pci]
 sysfs_root`` at a tree written afresh for each test (the recorded I/O
-host's X710, a PF of 64 VFs that holds 4; the GPU host's T4, whose vGPU
-types are mdev types; an H100 whose VFs take a vGPU type themselves),
-and ``[device_config] playbook_dir`` at a directory of operator pairs.
-The shipped pairs make the writes the kernel needs, in order (a
-``sysfs.Binder`` plays the kernel's part in a driver binding); every
-refused call leaves the tree as it was.
+host's X710, a PF of 64 VFs that holds 4; its QAT C62x, a PF of 16 VFs
+that holds 4, and its QAT 4xxx, a gen4 PF with ``qat/state``; the GPU
+host's T4, whose vGPU types are mdev types; an H100 whose VFs take a
+vGPU type themselves), and ``[device_config] playbook_dir`` at a
+directory of operator pairs. The shipped pairs make the writes the kernel
+needs, in order (a ``sysfs.Binder`` plays the kernel's part in a driver
+binding, a ``sysfs.VFKernel`` in a QAT PF's VF count); every refused call
+leaves the tree as it was.
 """
 
 import os
@@ -16,6 +18,8 @@ import textwrap
 
 import pytest
 
+from cyborg.agent import device_config
+from cyborg.device_config import kinds
 from cyborg.privsep import playbook
 from tests import privsep_rig
 from tests.functional.privsep.test_daemon import Host
@@ -27,9 +31,14 @@ PF = hosts.X710_P0.bdf
 VF = hosts.X710_P0_VFS[0].bdf
 T4 = hosts.T4.bdf
 H100 = hosts.H100.bdf
+QAT = hosts.QAT_C62X.bdf
+QAT4 = hosts.QAT_4XXX.bdf
 FUNCTIONS = ([f for f in hosts.IO_HOST
-              if f.bdf in {PF, hosts.X710_P0.parent}
-              or f in hosts.X710_P0_VFS]
+              if f.bdf in {PF, hosts.X710_P0.parent, QAT,
+                           hosts.QAT_C62X.parent, QAT4,
+                           hosts.QAT_4XXX.parent}
+              or f in hosts.X710_P0_VFS + hosts.QAT_C62X_VFS
+              + hosts.QAT_4XXX_VFS]
              + [f for f in hosts.GPU_HOST if f.bdf in {T4, hosts.T4.parent}]
              + [f for f in hosts.H100_HOST
                 if f.bdf in {H100, hosts.H100.parent}
@@ -102,6 +111,14 @@ class IOHost(Host):
         link = self.path('sys/bus/pci/devices/%s/driver' % address)
         return os.path.basename(os.readlink(link)) if link.is_symlink() \
             else None
+
+    def vfs(self, pf):
+        """The drivers of ``pf``'s VFs, in VF order (None: no driver)."""
+        directory = self.path('sys/bus/pci/devices/%s' % pf).resolve()
+        links = sorted((int(p.name[6:]), p) for p in
+                       directory.glob('virtfn*'))
+        return [self.driver(os.path.basename(os.readlink(link)))
+                for _, link in links]
 
     def vgpu_types(self):
         """What nvidia/current_vgpu_type holds on each H100 VF."""
@@ -443,3 +460,117 @@ def test_an_mdev_type_is_only_checked(host):
     assert result['status'] == 'successful', result
     assert changed(result) == []
     assert host.snapshot() == before
+
+
+# -- qat_vfs ------------------------------------------------------------------
+
+def _devfn(bdf):
+    slot, function = bdf.split(':')[2].split('.')
+    return int(slot, 16) * 8 + int(function)
+
+
+def qat_kernel(host, pf, recorded_vfs, vf_driver):
+    """The kernel's part in ``pf``'s VF count: VFs bound to
+    ``vf_driver``, at the offset of the recorded ones."""
+    return sysfs.VFKernel(str(host.root), pf, recorded_vfs[0].device,
+                          vf_driver,
+                          _devfn(recorded_vfs[0].bdf) - _devfn(pf.bdf))
+
+
+def test_a_qat_pf_gets_its_vfs_through_zero_bound_to_their_driver(host):
+    """An sriov_vfs policy on a C62x PF (4 VFs, for vfio-pci): the agent
+    runs the QAT pair, as the PF's driver is c6xx."""
+    with qat_kernel(host, hosts.QAT_C62X, hosts.QAT_C62X_VFS,
+                    'c6xxvf') as kernel:
+        result = device_config.apply(
+            kinds.SRIOV_VFS, QAT, None, {'num_vfs': 8},
+            playbook.run_playbook, kernel_driver='c6xx')
+
+    assert result['state'] == 'applied', result
+    assert result['changed'] == ['qat_vfs setup: Remove the VFs that exist',
+                                 'qat_vfs setup: Create the VFs']
+    assert kernel.writes == [('sriov_numvfs', '0'), ('sriov_numvfs', '8')]
+    assert kernel.refused == []
+    assert host.vfs(QAT) == ['c6xxvf'] * 8
+
+    with qat_kernel(host, hosts.QAT_C62X, hosts.QAT_C62X_VFS,
+                    'c6xxvf') as kernel:
+        again = device_config.apply(
+            kinds.SRIOV_VFS, QAT, {'num_vfs': 8}, {'num_vfs': 8},
+            playbook.run_playbook, kernel_driver='c6xx')
+    assert (again['state'], again['changed']) == ('applied', [])
+    assert kernel.writes == []
+
+
+@pytest.mark.parametrize('num_vfs, cfg_services, task, message', [
+    (17, 'keep', 'Refuse a count above the VF limit',
+     '%s offers at most 16 VFs, not 17' % QAT),
+    # A gen2 device runs the services its firmware has.
+    (8, 'dc', 'Refuse services the device does not take',
+     '%s has no qat/state and qat/cfg_services: only a QAT gen4 device '
+     '(4xxx, 420xx) takes the services dc; give keep' % QAT),
+], ids=['above-the-limit', 'services-of-a-gen2-device'])
+def test_what_a_qat_pf_cannot_take_fails_at_its_task_changing_nothing(
+        host, num_vfs, cfg_services, task, message):
+    before = host.snapshot()
+
+    result = playbook.run_playbook('qat_vfs', 'setup', {
+        'pci_address': QAT, 'num_vfs': num_vfs, 'vf_driver': 'c6xxvf',
+        'cfg_services': cfg_services})
+
+    assert result['status'] == 'failed'
+    assert (result['failed_task'], result['message']) == (task, message)
+    assert host.snapshot() == before
+
+
+def test_qat_vfs_that_come_up_without_their_driver_fail(host):
+    """As with qat_c62xvf not loaded: no driver takes the new VFs (after
+    a wait of a few seconds for udev to load it)."""
+    def made(num_vfs, vf_driver):
+        with qat_kernel(host, hosts.QAT_C62X, hosts.QAT_C62X_VFS, None):
+            return playbook.run_playbook('qat_vfs', 'setup', {
+                'pci_address': QAT, 'num_vfs': num_vfs,
+                'vf_driver': vf_driver, 'cfg_services': 'keep'})
+
+    result = made(2, 'c6xxvf')
+    assert result['status'] == 'failed'
+    assert result['failed_task'] == 'Refuse VFs their driver does not hold'
+    assert result['message'] == (
+        '0 of the 2 VFs of %s came up bound to c6xxvf: is that driver '
+        'loaded (and sriov_drivers_autoprobe 1)?' % QAT)
+
+    # none: VFs to be bound for passthrough, not checked.
+    result = made(3, 'none')
+    assert result['status'] == 'successful', result
+    assert host.vfs(QAT) == [None] * 3
+
+
+def test_a_gen4_qat_pf_is_down_while_its_vfs_and_services_change(host):
+    state = host.path('sys/bus/pci/devices/%s/qat/state' % QAT4)
+    with qat_kernel(host, hosts.QAT_4XXX, hosts.QAT_4XXX_VFS,
+                    '4xxxvf') as kernel:
+        result = playbook.run_playbook('qat_vfs', 'setup', {
+            'pci_address': QAT4, 'num_vfs': 8, 'vf_driver': '4xxxvf',
+            'cfg_services': 'dc'})
+
+    assert result['status'] == 'successful', result
+    # Services only while down; VFs made again, to take them.
+    assert kernel.writes == [
+        ('qat/state', 'down'), ('sriov_numvfs', '0'),
+        ('qat/cfg_services', 'dc'), ('sriov_numvfs', '8'),
+        ('qat/state', 'up')]
+    assert kernel.refused == []
+    assert host.vfs(QAT4) == ['4xxxvf'] * 8
+
+    # The policy's count goes to 0: the teardown takes the VFs (down and
+    # up again), the setup finds nothing to do.
+    with qat_kernel(host, hosts.QAT_4XXX, hosts.QAT_4XXX_VFS,
+                    '4xxxvf') as kernel:
+        down = device_config.apply(
+            kinds.SRIOV_VFS, QAT4, {'num_vfs': 8}, {'num_vfs': 0},
+            playbook.run_playbook, kernel_driver='4xxx')
+
+    assert down['state'] == 'applied', down
+    assert kernel.writes == [('qat/state', 'down'), ('sriov_numvfs', '0'),
+                             ('qat/state', 'up')]
+    assert (host.vfs(QAT4), state.read_text().strip()) == ([], 'up')

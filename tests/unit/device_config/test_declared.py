@@ -17,9 +17,11 @@ DECLARED = {
                 'max_length': 16},
     'mode': {'type': 'choice', 'values': ['enabled', 'disabled']},
     'persistent': {'type': 'boolean'},
+    'layout': {'type': 'counts', 'pattern': r'[1-9]g\.[0-9]+gb', 'max': 7},
 }
 GOOD = {'pci_address': '0000:18:00.0', 'num_vfs': 8, 'profile': '1g.10gb',
-        'mode': 'enabled', 'persistent': False}
+        'mode': 'enabled', 'persistent': False,
+        'layout': {'1g.10gb': 7, '3g.40gb': 0}}
 
 
 def test_every_shipped_pair_is_complete_and_declares_well():
@@ -49,6 +51,12 @@ def test_good_values_pass():
     ({'profile': '1g.100000000000000gb'}, 'at most 16 characters'),
     ({'mode': 'on'}, 'mode must be one of enabled, disabled'),
     ({'extra': 1}, 'declare no variable extra'),
+    ({'layout': {'1g.10gb': 8}}, 'The count of 1g.10gb in layout must be a '
+     'whole number from 0 to 7, not 8'),
+    ({'layout': {'1g.10gb': True}}, 'from 0 to 7'),
+    ({'layout': {'big': 1}}, r'The names in layout must match'),
+    ({'layout': {'{{ x }}': 1}}, 'no template delimiters'),
+    ({'layout': ['1g.10gb']}, 'layout must map at most 32 names'),
 ])
 def test_a_bad_value_is_refused_with_a_sentence(change, match):
     values = dict(GOOD, **change)
@@ -83,6 +91,10 @@ def test_template_delimiters_never_pass_whatever_the_pattern():
     ({'x': {'type': 'integer', 'pattern': '.*'}}, 'has no pattern'),
     ({'x': {'type': 'choice', 'values': ['{{ x }}']}},
      'a list of plain strings'),
+    ({'x': {'type': 'counts', 'max': 7}}, 'counts needs a pattern its names'),
+    ({'x': {'type': 'counts', 'pattern': '.*'}}, 'counts need a max'),
+    ({'x': {'type': 'counts', 'pattern': '.*', 'max': 1, 'max_length': 3}},
+     'a counts has no max_length'),
 ])
 def test_a_bad_declaration_is_refused(declaration, match):
     with pytest.raises(declared.Invalid, match=match):
@@ -102,6 +114,8 @@ def test_a_declaration_that_is_not_yaml_is_refused(tmp_path):
     ('driver_binding', {'driver': 'own'}),
     ('vgpu_type', {'mdev_type': 'nvidia-1062'}),
     ('vgpu_type', {'mdev_type': 'i915-GVTg_V5_4'}),
+    ('mig_layout', {'mig_enabled': True, 'mig_devices': {'1g.10gb': 7}}),
+    ('mig_layout', {'mig_enabled': False}),
 ])
 def test_the_agent_gives_a_shipped_pair_what_it_declares(kind, settings):
     """Settings that pass their kind's check reach the daemon as variables
@@ -111,3 +125,36 @@ def test_the_agent_gives_a_shipped_pair_what_it_declares(kind, settings):
     declaration = declared.load(os.path.join(playbook.SHIPPED, pair,
                                              'variables.yml'))
     assert declared.check_values(declaration, variables) == variables
+
+
+@pytest.mark.parametrize('kernel_driver, pair, vf_driver', [
+    ('c6xx', 'qat_vfs', 'c6xxvf'),
+    ('qat_c62x', 'qat_vfs', 'c6xxvf'),
+    ('dh895xcc', 'qat_vfs', 'dh895xccvf'),
+    ('c3xxx', 'qat_vfs', 'c3xxxvf'),
+    ('4xxx', 'qat_vfs', '4xxxvf'),
+    ('qat_420xx', 'qat_vfs', '420xxvf'),
+    ('i40e', 'sriov_vfs', None),
+    (None, 'sriov_vfs', None),
+])
+def test_a_vf_count_takes_the_pair_of_the_pf_driver(kernel_driver, pair,
+                                                     vf_driver):
+    """A QAT PF's VFs come from the QAT pair, told their driver; every
+    other PF's from the generic one. The declaration takes each."""
+    runs = device_config.runs(kinds.SRIOV_VFS, '0000:3d:00.0',
+                              {'num_vfs': 4}, {'num_vfs': 8},
+                              kernel_driver=kernel_driver)
+
+    assert [(p, action) for p, action, _ in runs] == [
+        (pair, 'teardown'), (pair, 'setup')]
+    declaration = declared.load(os.path.join(playbook.SHIPPED, pair,
+                                             'variables.yml'))
+    for _, _, variables in runs:
+        assert declared.check_values(declaration, variables) == variables
+        assert variables.get('vf_driver') == vf_driver
+    assert runs[1][2]['num_vfs'] == 8
+
+
+def test_only_a_vf_count_depends_on_the_driver():
+    assert device_config.pair_for(kinds.DRIVER_BINDING, 'c6xx') is \
+        device_config.PAIRS[kinds.DRIVER_BINDING]

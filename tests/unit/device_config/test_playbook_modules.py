@@ -19,6 +19,8 @@ PF = hosts.X710_P0.bdf
 VF = hosts.X710_P0_VFS[0].bdf
 H100 = hosts.H100.bdf
 H100_VF_BDFS = [vf.bdf for vf in hosts.H100_VFS]
+QAT = hosts.QAT_C62X.bdf
+QAT4 = hosts.QAT_4XXX.bdf
 
 
 def load(name):
@@ -26,6 +28,7 @@ def load(name):
 
 
 PCI_DRIVER = load('cyborg_pci_driver')
+SYSFS_ATTRIBUTE = load('cyborg_sysfs_attribute')
 VGPU_TYPE = load('cyborg_vgpu_type')
 
 
@@ -58,7 +61,11 @@ def root(tmp_path):
                     or f in hosts.A100_VFS]
                  + [f for f in hosts.H100_HOST
                     if f.bdf in {H100, hosts.H100.parent}
-                    or f in hosts.H100_VFS])
+                    or f in hosts.H100_VFS]
+                 + [f for f in hosts.IO_HOST
+                    if f.bdf in {QAT, hosts.QAT_C62X.parent, QAT4,
+                                 hosts.QAT_4XXX.parent}
+                    or f in hosts.QAT_C62X_VFS])
     return sysfs.build(str(tmp_path / 'host'), functions)
 
 
@@ -187,6 +194,71 @@ def test_a_device_that_is_no_pci_address_is_refused(run, root, device):
     assert result['failed'] is True
     assert 'is not a PCI address' in result['msg']
     assert read(os.path.join(root, 'sys/bus/pci/drivers_probe')) == ''
+
+
+def test_the_vfs_and_their_drivers_are_read_when_asked(run, root):
+    vfs = [vf.bdf for vf in hosts.QAT_C62X_VFS]
+    os.unlink(path(root, vfs[1], 'driver'))
+
+    result = run(PCI_DRIVER, {'root': root, 'device': QAT, 'vfs': True})
+
+    assert (result['changed'], result['driver'], result['vfs']) == (
+        False, 'c6xx', [{'address': vf, 'driver': '' if vf == vfs[1]
+                         else 'vfio-pci'} for vf in vfs])
+    assert 'vfs' not in run(PCI_DRIVER, {'root': root, 'device': QAT})
+
+
+def test_a_virtfn_link_out_of_the_tree_is_not_followed(run, root, tmp_path):
+    outside = tmp_path / 'outside' / '0000:3d:01.0'
+    outside.mkdir(parents=True)
+    link = os.path.join(os.path.realpath(path(root, QAT)), 'virtfn0')
+    os.unlink(link)
+    os.symlink(outside, link)
+
+    result = run(PCI_DRIVER, {'root': root, 'device': QAT, 'vfs': True})
+
+    assert result['failed'] is True
+    assert 'outside' in result['msg']
+
+
+# -- cyborg_sysfs_attribute ---------------------------------------------------
+
+def test_an_attribute_one_directory_down_takes_a_list(run, root):
+    args = {'root': root, 'device': QAT4, 'attribute': 'qat/cfg_services'}
+    assert run(SYSFS_ATTRIBUTE, args)['current'] == 'sym;asym'
+
+    result = run(SYSFS_ATTRIBUTE, dict(args, value='asym;dc'))
+
+    assert (result['changed'], result['exists'], result['previous']) == (
+        True, True, 'sym;asym')
+    assert read(path(root, QAT4, 'qat/cfg_services')) == 'asym;dc'
+
+
+def test_a_missing_attribute_is_answered_only_where_allowed(run, root):
+    """A gen2 QAT device has no qat/state: nothing is made there."""
+    args = {'root': root, 'device': QAT, 'attribute': 'qat/state',
+            'value': 'down'}
+
+    result = run(SYSFS_ATTRIBUTE, dict(args, missing_ok=True))
+    assert (result['changed'], result['exists'], result['current']) == (
+        False, False, '')
+
+    result = run(SYSFS_ATTRIBUTE, args)
+    assert result['failed'] is True
+    assert 'cannot read' in result['msg']
+    assert not os.path.exists(path(root, QAT, 'qat'))
+
+
+@pytest.mark.parametrize('attribute', [
+    'qat/../driver_override', '../sriov_numvfs', 'qat/state/up',
+    '/qat/state', 'qat//state', 'qat/'])
+def test_an_attribute_that_is_no_attribute_name_is_refused(run, root,
+                                                           attribute):
+    result = run(SYSFS_ATTRIBUTE, {'root': root, 'device': QAT4,
+                                   'attribute': attribute, 'value': 'up'})
+
+    assert result['failed'] is True
+    assert 'is not an attribute name' in result['msg']
 
 
 # -- cyborg_vgpu_type ---------------------------------------------------------

@@ -317,6 +317,53 @@ class MIGCapableNVML(Recorded):
             self._card_at(address).gis[gi_id].cis[ci_id].processes.remove(
                 pid)
 
+    def state(self):
+        """What the GPUs hold, as JSON: their MIG modes and instances
+        (ids, profiles, starts, MIG UUIDs, processes), for ``restore``
+        in another process (a playbook's module), as a card keeps them
+        between programs."""
+        with self._lock:
+            return {address: {
+                'mode': list(card.mode), 'created': card.created,
+                'gis': [{'id': gi.id, 'profile': gi.profile.name,
+                         'start': gi.start,
+                         'cis': [{'id': ci.id, 'uuid': ci.uuid,
+                                  'processes': sorted(ci.processes)}
+                                 for _, ci in sorted(gi.cis.items())]}
+                        for _, gi in sorted(card.gis.items())]}
+                for address, handle in sorted(self._gpus.items())
+                for card in [self._cards[handle]]}
+
+    def restore(self, state):
+        """Make the GPUs hold what ``state()`` answered (GPUs it names
+        that are not here are added); handles of instances are new."""
+        by_name = {p.name: p for p in self.profiles.values()}
+        with self._lock:
+            for address, held in state.items():
+                if address not in self._gpus:
+                    self.add_gpu(address)
+                card = self._card_at(address)
+                self._drop(card)
+                card.mode = list(held['mode'])
+                card.created = held['created']
+                device = self._gpus[address]
+                for kept in held['gis']:
+                    gi = _GpuInstance(device, kept['id'],
+                                      by_name[kept['profile']],
+                                      kept['start'],
+                                      self._new_handle(GI_HANDLE_BASE))
+                    card.gis[gi.id] = gi
+                    self._gis[gi.handle] = gi
+                    for ci_kept in kept['cis']:
+                        ci = _ComputeInstance(
+                            gi, ci_kept['id'],
+                            self._new_handle(CI_HANDLE_BASE),
+                            self._new_handle(MIG_HANDLE_BASE),
+                            ci_kept['uuid'], set(ci_kept['processes']))
+                        gi.cis[ci.id] = ci
+                        self._cis[ci.handle] = ci
+                        self._mig_devices[ci.device] = ci
+
     def _card_at(self, address):
         return self._cards[self._gpus[address]]
 
@@ -366,6 +413,24 @@ class MIGCapableNVML(Recorded):
         mode = self._card(device).mode
         _at(current, ctypes.c_uint).value = mode[0]
         _at(pending, ctypes.c_uint).value = mode[1]
+        return SUCCESS
+
+    @_entry
+    def nvmlDeviceSetMigMode(self, device, mode, activation_status):
+        """The new mode is pending until the GPU is reset, which the
+        stand-in never is (``set_mig_mode`` plays a reset): the GPU
+        answers NVML_ERROR_RESET_REQUIRED as its activation status, as a
+        GPU that cannot be reset in place does. A GPU holding instances
+        refuses the change (NVML_ERROR_IN_USE)."""
+        if activation_status is None or _int(mode) not in (0, 1):
+            return INVALID_ARGUMENT
+        card = self._card(device)
+        if card.gis:
+            return pynvml.NVML_ERROR_IN_USE
+        card.mode[1] = _int(mode)
+        _at(activation_status, ctypes.c_uint).value = (
+            SUCCESS if card.mode[0] == card.mode[1]
+            else pynvml.NVML_ERROR_RESET_REQUIRED)
         return SUCCESS
 
     @_entry

@@ -17,6 +17,16 @@ virtual functions are not GPUs.
 - Configured for vGPU but offering none of the type (host driver not
   loaded, VFs not enabled): no deployable rather than a surprise PGPU.
 
+- In MIG mode (NVML says so; a device configuration policy of kind
+  ``mig_layout`` sets it): the GPU is published sliced, never whole. One
+  deployable ``mig_<address>_<profile>`` per MIG profile it holds
+  instances of, resource class ``CUSTOM_MIG_<profile>``
+  (``CUSTOM_MIG_1G_10GB``), with one ``MIG`` attach handle per instance:
+  the GPU's address, the GPU and compute instance ids, the start slot and
+  the MIG device's UUID, which is what a workload is given. A GPU in MIG
+  mode that holds no instance has no deployable. Where NVML cannot say
+  (no driver, no bindings, a GPU it does not see), the GPU is whole.
+
 Traits: ``CUSTOM_GPU_NVIDIA``, ``CUSTOM_GPU_PRODUCT_ID_<id>`` and, on VGPU
 deployables, ``CUSTOM_VGPU_TYPE_<type>``.
 
@@ -33,6 +43,7 @@ from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers import health
 from cyborg.accelerator.drivers import pci
 from cyborg.accelerator.drivers import traits
+from cyborg.accelerator.drivers.gpu import mig_nvml
 from cyborg.accelerator.drivers.gpu import nvml
 from cyborg.conf import gpu_devices
 from cyborg.objects import inventory
@@ -65,6 +76,7 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
     def __init__(self, conf, pci_reader):
         super().__init__(conf, pci_reader)
         self.nvml = nvml.NVMLObserver()
+        self._mig_cards = {}  # address -> mig_nvml.MIGCard
         types = gpu_devices.register_dynamic_opts(conf)
         self.vgpu_types_by_address = {}
         for type_id in types:
@@ -130,6 +142,9 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
             slots_by_type.setdefault(type_id, []).extend(
                 [member] * mdev_type.total_instances)
         if not configured:
+            sliced = self._mig_deployables(gpu)
+            if sliced is not None:
+                return base.pci_device('GPU', gpu, sliced)
             return base.pci_device('GPU', gpu, [inventory.Deployable(
                 name=traits.deployable_name('pgpu', gpu.address),
                 num_accelerators=1,
@@ -141,6 +156,40 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
             self._vgpu_deployable(gpu, type_id, slots)
             for type_id, slots in sorted(slots_by_type.items())
             if slots])  # Placement refuses an inventory of 0
+
+    def _mig_instances(self, gpu):
+        """The MIG instances of ``gpu`` with a compute instance, or None
+        when NVML cannot say it is in MIG mode."""
+        card = self._mig_cards.get(gpu.address)
+        if card is None:
+            card = self._mig_cards[gpu.address] = mig_nvml.MIGCard(
+                gpu.address)
+        try:
+            return [i for i in card.instances() if i.ci_id is not None]
+        except mig_nvml.MIGUnavailable:
+            return None
+
+    def _mig_deployables(self, gpu):
+        instances = self._mig_instances(gpu)
+        if instances is None:
+            return None
+        by_profile = {}
+        for instance in instances:
+            by_profile.setdefault(instance.profile, []).append(instance)
+        return [inventory.Deployable(
+            name='%s_%s' % (traits.deployable_name('mig', gpu.address),
+                            profile),
+            num_accelerators=len(held),
+            resource_class=traits.custom('MIG', profile),
+            driver_name=self.name,
+            traits=traits.device_traits('GPU', gpu)
+            + [traits.custom('MIG_PROFILE', profile)],
+            attach_handles=[inventory.AttachHandle('MIG', {
+                **gpu.address.as_info(), 'gi_id': str(i.gi_id),
+                'ci_id': str(i.ci_id), 'start': str(i.start),
+                'mig_uuid': i.mig_uuid}) for i in held],
+            attributes={'mig_profile': profile})
+            for profile, held in sorted(by_profile.items())]
 
     def _vgpu_deployable(self, gpu, type_id, slots):
         handles = [inventory.AttachHandle('MDEV', {

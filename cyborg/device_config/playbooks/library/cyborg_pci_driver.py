@@ -1,9 +1,10 @@
-# The driver a PCI function is bound to, and the three writes that bind
-# it to another: its driver_override, its driver's unbind and the bus's
-# drivers_probe. Used by the playbooks the agent's privileged helper
-# runs; every path is confined below the sysfs root, whatever links it
-# goes through, and nothing is written but a validated driver name or
-# the function's own address.
+# The driver a PCI function is bound to (and, asked, the drivers of its
+# SR-IOV VFs), and the three writes that bind it to another: its
+# driver_override, its driver's unbind and the bus's drivers_probe. Used
+# by the playbooks the agent's privileged helper runs; every path is
+# confined below the sysfs root, whatever links it goes through, and
+# nothing is written but a validated driver name or the function's own
+# address.
 
 import os
 import re
@@ -39,6 +40,11 @@ options:
       address to drivers_probe.
     type: bool
     default: false
+  vfs:
+    description: Also read the function's VFs (its virtfn links) and the
+      driver of each.
+    type: bool
+    default: false
 '''
 
 RETURN = r'''
@@ -49,6 +55,10 @@ driver:
 override:
   description: What driver_override held before the task; "" for none.
   type: str
+vfs:
+  description: With vfs, the function's VFs in VF order, each as
+    {address, driver} (driver "" for none).
+  type: list
 '''
 
 PCI_ADDRESS = re.compile(r'[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
@@ -64,6 +74,35 @@ def _inside(module, path, top, what):
     if os.path.commonpath([real, top]) != top:
         module.fail_json(msg='%s leads to %s, outside %s' % (what, real, top))
     return real
+
+
+def _driver(module, function, drivers):
+    """(directory, name) of the driver bound to ``function`` (a real
+    path); (None, '') when none is."""
+    link = os.path.join(function, 'driver')
+    if not os.path.lexists(link):
+        return None, ''
+    directory = _inside(module, link, drivers, link)
+    if os.path.dirname(directory) != drivers:
+        module.fail_json(msg='%s leads to %s, not a driver of %s'
+                         % (link, directory, drivers))
+    return directory, os.path.basename(directory)
+
+
+def _vfs(module, function, devices, drivers):
+    """[{address, driver}] of the VFs of ``function``, in VF order."""
+    found = []
+    for entry in os.listdir(function):
+        if entry.startswith('virtfn') and entry[6:].isdigit():
+            link = os.path.join(function, entry)
+            vf = _inside(module, link, devices, link)
+            address = os.path.basename(vf)
+            if not PCI_ADDRESS.fullmatch(address):
+                module.fail_json(msg='%s is not a PCI function' % link)
+            found.append((int(entry[6:]), {
+                'address': address,
+                'driver': _driver(module, vf, drivers)[1]}))
+    return [vf for _, vf in sorted(found, key=lambda n_vf: n_vf[0])]
 
 
 def _write(module, path, text, what):
@@ -88,6 +127,7 @@ def main():
             'override': {'type': 'str'},
             'unbind': {'type': 'bool', 'default': False},
             'probe': {'type': 'bool', 'default': False},
+            'vfs': {'type': 'bool', 'default': False},
         },
         supports_check_mode=True)
     params = module.params
@@ -108,14 +148,7 @@ def main():
     link = os.path.join(root, 'sys', 'bus', 'pci', 'devices', address)
     function = _inside(module, link, devices, link)
 
-    driver_link = os.path.join(function, 'driver')
-    driver_dir = None
-    if os.path.lexists(driver_link):
-        driver_dir = _inside(module, driver_link, drivers, driver_link)
-        if os.path.dirname(driver_dir) != drivers:
-            module.fail_json(msg='%s leads to %s, not a driver of %s'
-                             % (driver_link, driver_dir, drivers))
-    driver = os.path.basename(driver_dir) if driver_dir else ''
+    driver_dir, driver = _driver(module, function, drivers)
 
     override_path = _inside(module, os.path.join(link, 'driver_override'),
                             devices, 'driver_override')
@@ -127,6 +160,8 @@ def main():
                          % (link, exc.strerror))
     previous = '' if previous in NO_OVERRIDE else previous
     facts = {'driver': driver, 'override': previous}
+    if params['vfs']:
+        facts['vfs'] = _vfs(module, function, devices, drivers)
 
     if override is not None:
         if override == previous:

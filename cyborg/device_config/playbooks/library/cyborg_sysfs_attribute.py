@@ -1,8 +1,10 @@
-# One attribute file of a PCI function in sysfs: read it, and write it
-# when a value is given that it does not hold. Used by the playbooks the
-# agent's privileged helper runs; the path is confined to the devices
-# below the sysfs root, whatever links it goes through.
+# One attribute file of a PCI function in sysfs (or of a directory of
+# it, as QAT's qat/state): read it, and write it when a value is given
+# that it does not hold. Used by the playbooks the agent's privileged
+# helper runs; the path is confined to the devices below the sysfs root,
+# whatever links it goes through.
 
+import errno
 import os
 import re
 
@@ -22,12 +24,20 @@ options:
     type: str
     required: true
   attribute:
-    description: The attribute file's name, e.g. sriov_numvfs.
+    description: The attribute file's name, e.g. sriov_numvfs, or one
+      directory down, e.g. qat/state.
     type: str
     required: true
   value:
     description: What it must hold; not given, the file is only read.
+      Letters, digits and _ . : ; - (a list such as QAT's sym;asym).
     type: str
+  missing_ok:
+    description: Answer exists false, and write nothing, where the
+      function has no such attribute (a device of another generation),
+      rather than fail.
+    type: bool
+    default: false
 '''
 
 RETURN = r'''
@@ -38,11 +48,15 @@ current:
 previous:
   description: What it held before.
   type: str
+exists:
+  description: Whether the function has the attribute (false only with
+    missing_ok).
+  type: bool
 '''
 
 PCI_ADDRESS = re.compile(r'[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
-ATTRIBUTE = re.compile(r'[a-z][a-z0-9_]{0,63}')
-VALUE = re.compile(r'[A-Za-z0-9_.:-]{1,64}')
+ATTRIBUTE = re.compile(r'[a-z][a-z0-9_]{0,63}(/[a-z][a-z0-9_]{0,63})?')
+VALUE = re.compile(r'[A-Za-z0-9_.:;-]{1,64}')
 
 
 def main():
@@ -52,6 +66,7 @@ def main():
             'device': {'type': 'str', 'required': True},
             'attribute': {'type': 'str', 'required': True},
             'value': {'type': 'str'},
+            'missing_ok': {'type': 'bool', 'default': False},
         },
         supports_check_mode=True)
     params = module.params
@@ -76,9 +91,13 @@ def main():
         with open(path) as f:
             previous = f.read().strip()
     except OSError as exc:
+        if exc.errno == errno.ENOENT and params['missing_ok']:
+            module.exit_json(changed=False, exists=False, current='',
+                             previous='')
         module.fail_json(msg='cannot read %s: %s' % (link, exc.strerror))
     if value is None or value == previous:
-        module.exit_json(changed=False, current=previous, previous=previous)
+        module.exit_json(changed=False, exists=True, current=previous,
+                         previous=previous)
     if not module.check_mode:
         try:
             # sysfs ignores O_TRUNC; a recorded tree keeps what was
@@ -92,7 +111,8 @@ def main():
         except OSError as exc:
             module.fail_json(msg='cannot write %s to %s: %s'
                              % (value, link, exc.strerror))
-    module.exit_json(changed=True, current=value, previous=previous)
+    module.exit_json(changed=True, exists=True, current=value,
+                     previous=previous)
 
 
 if __name__ == '__main__':

@@ -11,6 +11,7 @@ import json
 
 from tests.unit.drivers.trees.sysfs import DFL
 from tests.unit.drivers.trees.sysfs import OPAE
+from tests.unit.drivers.trees.sysfs import QAT
 from tests.unit.drivers.trees.sysfs import VFVGPU
 from tests.unit.drivers.trees.sysfs import Function
 from tests.unit.drivers.trees.sysfs import Mdev
@@ -171,9 +172,12 @@ QAT_C62X_VFS = virtual_functions(
 _qat2_port = root_port('0000:3e:00.0')
 QAT_C62X_NO_VFS = card('0000:3f:00.0', '8086', '37c8', '0b4000',
                        _qat2_port.bdf, driver='c6xx', sriov_totalvfs=16)
+# A 4xxx (gen4): brought down and up through qat/state, running the
+# crypto services.
 _qat4_port = root_port('0000:6a:00.0')
 QAT_4XXX = card('0000:6b:00.0', '8086', '4940', '0b4000', _qat4_port.bdf,
-                driver='4xxx', sriov_totalvfs=16)
+                driver='4xxx', sriov_totalvfs=16,
+                qat=QAT('up', 'sym;asym'))
 QAT_4XXX_VFS = virtual_functions(QAT_4XXX, '4941',
                                  ['0000:6b:00.1', '0000:6b:00.2'],
                                  driver='vfio-pci')

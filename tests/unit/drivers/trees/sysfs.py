@@ -6,7 +6,8 @@ nested below their bridges in ``sys/devices``, the ``sys/bus/pci/devices``
 links, ``driver``/``physfn``/``virtfn<N>`` links, ``driver_override``, the
 drivers' ``bind``/``unbind`` and the bus's ``drivers_probe`` (plain files
 that keep what is written), mdev types and created mdevs, the vGPU type
-files of NVIDIA VFs, network interfaces and the FPGA class devices of the
+files of NVIDIA VFs, a QAT gen4 device's ``qat/state`` and
+``qat/cfg_services``, network interfaces and the FPGA class devices of the
 OPAE and DFL drivers. Running it as a program writes one host for inspection:
 
     python -m tests.unit.drivers.trees.sysfs mixed /tmp/mixed
@@ -56,6 +57,15 @@ class DFL:
 
 
 @dataclasses.dataclass(frozen=True)
+class QAT:
+    """A QAT gen4 physical function's ``qat/state`` (up or down) and
+    ``qat/cfg_services`` (the services it runs, sym;asym say)."""
+
+    state: str = 'up'
+    cfg_services: str = 'sym;asym'
+
+
+@dataclasses.dataclass(frozen=True)
 class Function:
     bdf: str
     vendor: str
@@ -71,6 +81,7 @@ class Function:
     vgpu: VFVGPU | None = None
     net: tuple[str, ...] = ()
     fpga: OPAE | DFL | None = None
+    qat: QAT | None = None
 
 
 def virtual_functions(pf, device, addresses, driver=None):
@@ -149,6 +160,10 @@ def build(root, functions, pci_ids=None):
             _write_mdev_types(sys_dir, function, path)
         if function.vgpu:
             _write_vf_vgpu(function.vgpu, path)
+        if function.qat:
+            _write(os.path.join(path, 'qat', 'state'), function.qat.state)
+            _write(os.path.join(path, 'qat', 'cfg_services'),
+                   function.qat.cfg_services)
         if isinstance(function.fpga, OPAE):
             _write_opae(sys_dir, function.fpga, path)
         elif isinstance(function.fpga, DFL):
@@ -308,6 +323,123 @@ class Binder:
                 self.writes.append(('driver_override', text))
         self._overrides = overrides
         self.writes += kernel_binds(self.root, self.own)
+
+    def _run(self):
+        try:
+            while not self._stop.wait(0.005):
+                self._pass()
+        except Exception as exc:  # the test fails with it, in __exit__
+            self._failure = exc
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        if self._failure is not None:
+            raise self._failure
+        self._pass()
+
+
+def kernel_makes_vfs(root, pf, count, vf_device, vf_driver, offset):
+    """What the kernel does once ``count`` is written to ``sriov_numvfs``
+    of ``pf`` (a ``Function``): the VFs it had are gone, with their
+    links, and ``count`` VFs of device id ``vf_device`` are made beside
+    it, bound to ``vf_driver`` (None: to no driver), VF n at the PF's
+    routing id + ``offset`` + n. Returns their addresses."""
+    sys_dir = os.path.join(root, 'sys')
+    pf_dir = os.path.realpath(os.path.join(sys_dir, 'bus/pci/devices',
+                                           pf.bdf))
+    for entry in os.listdir(pf_dir):
+        if entry.startswith('virtfn') and entry[6:].isdigit():
+            link = os.path.join(pf_dir, entry)
+            vf_dir = os.path.realpath(link)
+            os.unlink(os.path.join(sys_dir, 'bus/pci/devices',
+                                   os.path.basename(vf_dir)))
+            shutil.rmtree(vf_dir)
+            os.unlink(link)
+    domain, bus, slot_function = pf.bdf.split(':')
+    slot, function = slot_function.split('.')
+    first = int(slot, 16) * 8 + int(function) + offset
+    addresses = ['%s:%s:%02x.%d' % (domain, bus, devfn // 8, devfn % 8)
+                 for devfn in range(first, first + count)]
+    for index, vf in enumerate(virtual_functions(pf, vf_device, addresses,
+                                                 driver=vf_driver)):
+        path = os.path.join(os.path.dirname(pf_dir), vf.bdf)
+        for name, value in (
+                ('vendor', '0x' + vf.vendor), ('device', '0x' + vf.device),
+                ('class', '0x' + vf.class_code),
+                ('subsystem_vendor', '0x' + vf.subsystem[0]),
+                ('subsystem_device', '0x' + vf.subsystem[1]),
+                ('numa_node', str(vf.numa))):
+            _write(os.path.join(path, name), value)
+        _write_raw(os.path.join(path, 'driver_override'), '(null)\n')
+        if vf.driver:
+            _link(os.path.join(path, 'driver'),
+                  driver_directory(root, vf.driver))
+        _link(os.path.join(path, 'physfn'), pf_dir)
+        _link(os.path.join(sys_dir, 'bus/pci/devices', vf.bdf), path)
+        _link(os.path.join(pf_dir, 'virtfn%d' % index), path)
+    return addresses
+
+
+class VFKernel:
+    """The kernel's part in a PF's VF count, while in use: every few
+    milliseconds it reads the PF's ``sriov_numvfs`` and, on a QAT gen4
+    device, ``qat/state`` and ``qat/cfg_services``. ``writes`` lists each
+    change in order as (attribute, value); a new count makes the VFs
+    (``kernel_makes_vfs``). ``refused`` lists the writes the kernel
+    refuses: a count changed other than from 0, services changed while
+    the device is up. (The kernel acts on each write as it is made; the
+    tasks of a playbook are far more than a few milliseconds apart.)"""
+
+    ATTRIBUTES = ('sriov_numvfs', 'qat/state', 'qat/cfg_services')
+
+    def __init__(self, root, pf, vf_device, vf_driver, offset):
+        self.root = root
+        self.pf = pf
+        self.vf_device = vf_device
+        self.vf_driver = vf_driver
+        self.offset = offset
+        self.writes = []
+        self.refused = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._failure = None
+        self._seen = self._read()
+
+    def _read(self):
+        found = {}
+        for name in self.ATTRIBUTES:
+            path = os.path.join(self.root, 'sys/bus/pci/devices',
+                                self.pf.bdf, name)
+            if os.path.exists(path):
+                with open(path) as f:
+                    found[name] = f.read().strip()
+        return found
+
+    def _pass(self):
+        now = self._read()
+        for name, value in now.items():
+            before = self._seen[name]
+            if not value:
+                # Truncated, not yet written: the write is under way.
+                now[name] = before
+                continue
+            if value == before:
+                continue
+            self.writes.append((name, value))
+            if name == 'sriov_numvfs':
+                if before != '0' and value != '0':
+                    self.refused.append((name, value))
+                kernel_makes_vfs(self.root, self.pf, int(value),
+                                 self.vf_device, self.vf_driver,
+                                 self.offset)
+            elif name == 'qat/cfg_services' and now['qat/state'] == 'up':
+                self.refused.append((name, value))
+        self._seen = now
 
     def _run(self):
         try:
