@@ -259,8 +259,10 @@ def plan(reader, drivers, hostname, policy=None, applied=None,
             entry['not_planned'] = ('This agent has no playbook pair for %s '
                                     'settings yet.' % kind)
             continue
+        # The PF's driver chooses the pair of a VF count (QAT's own).
         for pair, action, variables in device_config.runs(
-                kind, facts.pci_address, applied, settings):
+                kind, facts.pci_address, applied, settings,
+                kernel_driver=state.get('driver')):
             result = check_run(pair, action, variables, sysfs_root, timeout,
                                nvml_library)
             entry['runs'].append(dict(result, pair=pair, action=action,
