@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 
+from cyborg.conf import device_config as device_config_conf
 import cyborg.device_config
 from cyborg.device_config import declared
 from cyborg.privsep import agent_pctxt
@@ -56,6 +57,12 @@ DEFAULT_NVML = 'libnvidia-ml.so.1'
 _LIBRARY_NAME = re.compile(r'lib[A-Za-z0-9_.+-]+\.so(\.[0-9]+)*')
 # Seconds the runner gets beyond the playbook's own limit to report.
 _GRACE = 30
+# The agent's wait for the daemon's answer: the longest run a
+# configuration allows, the runner's grace, and time to answer. The
+# daemon's own limit is [device_config] playbook_timeout; the default
+# wait of a privileged call (30 s) would give up on most playbooks while
+# the daemon goes on running them.
+CALL_SECONDS = device_config_conf.MAX_PLAYBOOK_SECONDS + _GRACE + 30
 # Seconds between two looks at the deadline and at this process.
 _WATCH = 0.5
 # Set once this process begins to exit: the runs in flight stop.
@@ -171,7 +178,7 @@ def checked_nvml(library):
     return trusted_chain(library, 'nvml_library')
 
 
-@agent_pctxt.entrypoint
+@agent_pctxt.entrypoint_with_timeout(CALL_SECONDS)
 def run_playbook(name, action, variables, check_mode=False):
     """Run ``action`` (setup or teardown) of pair ``name`` with
     ``variables``; with ``check_mode``, only say what it would change.
