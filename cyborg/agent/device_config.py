@@ -59,8 +59,12 @@ QAT_VF_DRIVERS = {
     'c3xxx': 'c3xxxvf', 'qat_c3xxx': 'c3xxxvf',
     'd15xx': 'd15xxvf', 'qat_d15xx': 'd15xxvf',
     '200xx': '200xxvf', 'qat_200xx': '200xxvf',
-    '4xxx': '4xxxvf', 'qat_4xxx': '4xxxvf',
-    '420xx': '420xxvf', 'qat_420xx': '420xxvf',
+    # The upstream kernel has no driver for gen4 VFs: they come up bound
+    # to none, to be given to instances through vfio-pci. (Intel's
+    # out-of-tree package binds them to 4xxxvf: a playbook policy naming
+    # qat_vfs says so there.)
+    '4xxx': 'none', 'qat_4xxx': 'none',
+    '420xx': 'none', 'qat_420xx': 'none',
 }
 
 

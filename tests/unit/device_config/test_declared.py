@@ -132,8 +132,8 @@ def test_the_agent_gives_a_shipped_pair_what_it_declares(kind, settings):
     ('qat_c62x', 'qat_vfs', 'c6xxvf'),
     ('dh895xcc', 'qat_vfs', 'dh895xccvf'),
     ('c3xxx', 'qat_vfs', 'c3xxxvf'),
-    ('4xxx', 'qat_vfs', '4xxxvf'),
-    ('qat_420xx', 'qat_vfs', '420xxvf'),
+    ('4xxx', 'qat_vfs', 'none'),
+    ('qat_420xx', 'qat_vfs', 'none'),
     ('i40e', 'sriov_vfs', None),
     (None, 'sriov_vfs', None),
 ])
