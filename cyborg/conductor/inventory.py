@@ -32,6 +32,7 @@ from cyborg.db import models
 from cyborg.db.api import device_health
 from cyborg.db.api import host_sync_states
 from cyborg.db.api import inventory as inventory_db
+from cyborg.objects import inventory as objects_inventory
 
 MAINTAINING = 'maintaining'
 ENABLED = 'enabled'
@@ -67,7 +68,8 @@ def pool_key(device_type, vendor, model, std_board_info, deployable_parent,
              driver_name, resource_class, traits, attributes):
     """The ``PoolKey`` of a deployable, or None if it is never pooled
     (an FPGA, or a deployable nested in another one)."""
-    if device_type in _NEVER_POOLED or deployable_parent is not None:
+    if (device_type in _NEVER_POOLED or deployable_parent is not None
+            or objects_inventory.extra_inventories(attributes)):
         return None
     numa_node = (std_board_info or {}).get('numa_node')
     return PoolKey(
@@ -101,6 +103,10 @@ class ProviderDeployable:
     # Its device's configuration is changing or failed: nothing new is
     # scheduled on it until it is applied.
     configuring: bool = False
+    # ((resource class, total), ...) its provider offers beside
+    # ``resource_class``: what one request group takes together (a GPU's
+    # MIG memory slices and media engine beside its compute slices).
+    extra_inventories: tuple = ()
 
     @property
     def num_accelerators(self):
@@ -232,6 +238,7 @@ def _traits_value(traits):
 
 def _attribute_values(attributes):
     return {str(k): str(v) for k, v in attributes.items()}
+
 
 
 def _cpid_text(info):
@@ -620,6 +627,8 @@ class _Plan:
                     disabled=disabled, missing=False,
                     rp_uuid=getattr(ref, 'rp_uuid', None),
                     quarantined=quarantined,
+                    extra_inventories=objects_inventory.extra_inventories(
+                        deployable.attributes),
                     pool=pool_key(
                         device.type, device.vendor, device.model,
                         device.std_board_info, deployable.parent,
@@ -654,6 +663,8 @@ def _stored_listing(deployable, device, missing):
         rp_uuid=deployable.rp_uuid,
         quarantined=device_health.effective_quarantine(device),
         configuring=device.config_held,
+        extra_inventories=objects_inventory.extra_inventories(
+            {key: row.value for key, row in deployable.attributes.items()}),
         pool=pool_key(
             device.type, device.vendor, device.model, board,
             deployable.parent_id, deployable.driver_name,

@@ -31,6 +31,7 @@ import os_traits
 
 from cyborg.clients import placement
 from cyborg.conductor import reshape
+from cyborg.objects import inventory as objects_inventory
 
 OWNER_TRAIT = os_traits.OWNER_CYBORG
 CUSTOM_PREFIX = 'CUSTOM_'
@@ -182,14 +183,35 @@ def _inventories(members, disabled):
     if total < 1:
         return {}
     reserved = sum(m.num_accelerators for m in members if m.name in disabled)
-    return {members[0].resource_class: {
+    inventories = {members[0].resource_class: _inventory(total, reserved)}
+    # A deployable with extra inventories is never pooled: its provider
+    # is its own, and a disabled one offers none of them.
+    for resource_class, extra in _extras(members[0]):
+        if extra >= 1:
+            inventories[resource_class] = _inventory(
+                extra, extra if reserved else 0)
+    return inventories
+
+
+def _extras(deployable):
+    """A deployable's extra inventories, whether listed for Placement
+    (``ProviderDeployable``) or as reported (its attributes)."""
+    extras = getattr(deployable, 'extra_inventories', None)
+    if extras is None:
+        extras = objects_inventory.extra_inventories(
+            getattr(deployable, 'attributes', {}))
+    return extras
+
+
+def _inventory(total, reserved):
+    return {
         'total': total,
         'reserved': reserved,
         'min_unit': 1,
         'max_unit': total,
         'step_size': 1,
         'allocation_ratio': 1.0,
-    }}
+    }
 
 
 @dataclasses.dataclass

@@ -21,6 +21,16 @@ opts = [
                      'in [vgpu_<type>] device_addresses; when only one type '
                      'is enabled and it names no address, every GPU that '
                      'supports it offers it.'),
+    cfg.ListOpt('mig_on_demand_addresses',
+                default=[],
+                help='PCI addresses of MIG-capable GPUs (in MIG mode) that '
+                     'offer MIG instances made on demand, at bind, instead '
+                     'of a fixed layout: each is published as one provider '
+                     'of its compute slices (CUSTOM_MIG_COMPUTE_SLICE), '
+                     'memory slices (CUSTOM_MIG_MEMORY_SLICE) and media '
+                     'engine (CUSTOM_MIG_MEDIA_ENGINE), with a trait '
+                     'CUSTOM_MIG_PROFILE_<profile> for each profile it can '
+                     'still create.'),
 ]
 
 vgpu_opts = [

@@ -28,6 +28,24 @@ DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
 ATTACH_TYPES = ('PCI', 'MDEV', 'MIG', 'TEST_PCI')
 
 
+# A deployable attribute ``inventory:<resource class>`` = total: an
+# inventory its provider offers beside its own resource class.
+EXTRA_INVENTORY = 'inventory:'
+
+
+def extra_inventories(attributes):
+    """((resource class, total), ...) of ``attributes``, sorted."""
+    extras = []
+    for key, value in attributes.items():
+        if str(key).startswith(EXTRA_INVENTORY):
+            try:
+                total = int(str(value))
+            except ValueError:
+                continue
+            extras.append((str(key)[len(EXTRA_INVENTORY):], total))
+    return tuple(sorted(extras))
+
+
 @dataclasses.dataclass(frozen=True)
 class PCIAddress:
     domain: str  # '0000'

@@ -27,6 +27,19 @@ virtual functions are not GPUs.
   mode that holds no instance has no deployable. Where NVML cannot say
   (no driver, no bindings, a GPU it does not see), the GPU is whole.
 
+- Listed in ``[gpu_devices] mig_on_demand_addresses``, in MIG mode and
+  with a MIG table Cyborg knows (``cyborg.device_config.mig``): MIG
+  instances made on demand. One deployable ``migs_<address>`` whose
+  provider offers the card's compute slices (``CUSTOM_MIG_COMPUTE_SLICE``)
+  and, as extra inventories, its memory slices
+  (``CUSTOM_MIG_MEMORY_SLICE``) and media engine
+  (``CUSTOM_MIG_MEDIA_ENGINE``), with the trait
+  ``CUSTOM_MIG_PROFILE_<profile>`` for every profile NVML says it can
+  still create (its remaining capacity knows the placements), and one
+  ``MIG`` attach handle per instance it can hold at once (a slot each).
+  A device profile asks for a profile by its slices and requires its
+  trait.
+
 Traits: ``CUSTOM_GPU_NVIDIA``, ``CUSTOM_GPU_PRODUCT_ID_<id>`` and, on VGPU
 deployables, ``CUSTOM_VGPU_TYPE_<type>``.
 
@@ -46,6 +59,7 @@ from cyborg.accelerator.drivers import traits
 from cyborg.accelerator.drivers.gpu import mig_nvml
 from cyborg.accelerator.drivers.gpu import nvml
 from cyborg.conf import gpu_devices
+from cyborg.device_config import mig
 from cyborg.objects import inventory
 from cyborg.privsep import mdev
 
@@ -54,6 +68,10 @@ LOG = logging.getLogger(__name__)
 VENDOR_ID = '10de'
 HOST_DRIVER = 'nvidia'
 GPU_CLASSES = (pci.CLASS_VGA, pci.CLASS_3D)
+# What a GPU of MIG instances on demand offers, in one provider.
+MIG_COMPUTE_SLICE = 'CUSTOM_MIG_COMPUTE_SLICE'
+MIG_MEMORY_SLICE = 'CUSTOM_MIG_MEMORY_SLICE'
+MIG_MEDIA_ENGINE = 'CUSTOM_MIG_MEDIA_ENGINE'
 
 
 def _is_gpu(function):
@@ -77,6 +95,9 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
         super().__init__(conf, pci_reader)
         self.nvml = nvml.NVMLObserver()
         self._mig_cards = {}  # address -> mig_nvml.MIGCard
+        self.mig_on_demand = frozenset(
+            inventory.PCIAddress.parse(text)
+            for text in conf.gpu_devices.mig_on_demand_addresses)
         types = gpu_devices.register_dynamic_opts(conf)
         self.vgpu_types_by_address = {}
         for type_id in types:
@@ -141,6 +162,10 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
                 continue
             slots_by_type.setdefault(type_id, []).extend(
                 [member] * mdev_type.total_instances)
+        if not configured and gpu.address in self.mig_on_demand:
+            on_demand = self._mig_on_demand_deployable(gpu)
+            if on_demand is not None:
+                return base.pci_device('GPU', gpu, [on_demand])
         if not configured:
             sliced = self._mig_deployables(gpu)
             if sliced is not None:
@@ -157,15 +182,55 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
             for type_id, slots in sorted(slots_by_type.items())
             if slots])  # Placement refuses an inventory of 0
 
-    def _mig_instances(self, gpu):
-        """The MIG instances of ``gpu`` with a compute instance, or None
-        when NVML cannot say it is in MIG mode."""
+    def _mig_card(self, gpu):
         card = self._mig_cards.get(gpu.address)
         if card is None:
             card = self._mig_cards[gpu.address] = mig_nvml.MIGCard(
                 gpu.address)
+        return card
+
+    def _mig_on_demand_deployable(self, gpu):
+        """The one deployable of a GPU whose MIG instances are made at
+        bind; None (and a warning) when it cannot be one."""
+        table = mig.card_of(gpu.vendor_id, gpu.device_id)
+        if table is None:
+            LOG.warning('%s is listed for MIG instances on demand, but no MIG '
+                        'table is known for %s:%s', gpu.address,
+                        gpu.vendor_id, gpu.device_id)
+            return None
         try:
-            return [i for i in card.instances() if i.ci_id is not None]
+            remaining = self._mig_card(gpu).remaining()
+        except mig_nvml.MIGError as exc:
+            LOG.warning('%s is listed for MIG instances on demand, but NVML '
+                        'cannot say what it can create: %s', gpu.address,
+                        exc)
+            return None
+        creatable = sorted(name for name, count in remaining.items()
+                           if count > 0)
+        return inventory.Deployable(
+            name=traits.deployable_name('migs', gpu.address),
+            num_accelerators=table.compute_slices,
+            resource_class=MIG_COMPUTE_SLICE,
+            driver_name=self.name,
+            traits=traits.device_traits('GPU', gpu)
+            + [traits.custom('MIG_PROFILE', name) for name in creatable],
+            # One slot per instance the card can hold at once: as many as
+            # its compute slices.
+            attach_handles=[inventory.AttachHandle('MIG', {
+                **gpu.address.as_info(), 'slot': str(slot)})
+                for slot in range(table.compute_slices)],
+            attributes={
+                inventory.EXTRA_INVENTORY + MIG_MEMORY_SLICE:
+                    str(table.memory_slices),
+                inventory.EXTRA_INVENTORY + MIG_MEDIA_ENGINE: '1',
+                'mig_on_demand': table.name})
+
+    def _mig_instances(self, gpu):
+        """The MIG instances of ``gpu`` with a compute instance, or None
+        when NVML cannot say it is in MIG mode."""
+        try:
+            return [i for i in self._mig_card(gpu).instances()
+                    if i.ci_id is not None]
         except mig_nvml.MIGUnavailable:
             return None
 
