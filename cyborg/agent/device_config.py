@@ -3,7 +3,8 @@ one device from what was applied to what is wanted.
 
 Each kind of setting maps to a playbook pair and its variables. The
 teardown playbook runs with the settings applied before (when there were
-some and they differ), then the setup playbook with the wanted ones; the
+some and they differ), then the setup playbook with the wanted ones (none
+when the device is put back as discovered: the teardown alone); the
 privileged side (``cyborg.privsep.playbook``) checks the pair and every
 variable before it runs anything. Kinds without a shipped pair yet are
 answered as failed with that reason, never half applied.
@@ -89,15 +90,16 @@ def pair_for(kind, kernel_driver=None):
 
 def runs(kind, address, applied, wanted, kernel_driver=None):
     """[(pair, action, variables)] that take the device at ``address``,
-    held by ``kernel_driver``, from ``applied`` (None: as discovered) to
-    ``wanted``."""
+    held by ``kernel_driver``, from ``applied`` to ``wanted`` (either
+    None: as discovered)."""
     pair_of = pair_for(kind, kernel_driver)
     planned = []
     if applied is not None and applied != wanted:
         pair, variables = pair_of(address, applied)
         planned.append((pair, 'teardown', variables))
-    pair, variables = pair_of(address, wanted)
-    planned.append((pair, 'setup', variables))
+    if wanted is not None:
+        pair, variables = pair_of(address, wanted)
+        planned.append((pair, 'setup', variables))
     return planned
 
 
@@ -110,8 +112,13 @@ def apply(kind, address, applied, wanted, run_playbook,
     sysfs shows it now (it picks the pair of a QAT PF's VF count). An
     FPGA base image is loaded by ``load_bitstream(image id)`` instead:
     True if it programmed the card, False if the card held the image
-    already; ``base_image.StepFailed`` names a failed step."""
+    already; ``base_image.StepFailed`` names a failed step. ``wanted``
+    None puts the device back as discovered: an FPGA base image has
+    nothing to undo."""
     if kind == kinds.FPGA_BASE_IMAGE:
+        if wanted is None:
+            return dict(base_image.applied(False),
+                        message='An FPGA base image has nothing to undo.')
         return _load_base_image(wanted, load_bitstream)
     if kind not in PAIRS:
         return {'state': config_status.FAILED,

@@ -11,12 +11,14 @@ name, in that order, and logs which one matched. An agent without
 The agent also listens on the agent topic (its host name as the server)
 for the conductor's calls (``rpcapi.py``): ``ping``, and around the life of
 a bound ARQ ``prepare_attach_handle``/``release_attach_handle`` (for a
-vGPU, create and remove the mdev) and ``program`` (load a bitstream from
-Glance into an FPGA). The agent finds the device or attach handle among
-what the named driver discovers now, so that it acts only on hardware it
-would report. After programming it reports its inventory at once rather
-than at the next interval: the loaded function's trait reaches the
-database and Placement the way every other trait does.
+vGPU, create and remove the mdev; for a GPU of MIG instances on demand,
+create the instance the bind asks for and destroy it) and ``program``
+(load a bitstream from Glance into an FPGA). The agent finds the device
+or attach handle among what the named driver discovers now, so that it
+acts only on hardware it would report. After programming it reports its
+inventory at once rather than at the next interval: the loaded
+function's trait reaches the database and Placement the way every other
+trait does.
 
 The agent runs as an unprivileged user: what a driver does as root
 (writing an mdev's sysfs files, running an FPGA tool) it asks of the
@@ -225,14 +227,19 @@ class AgentManager:
     @_answers_errors
     @rpc.ignores_unknown_args
     def prepare_attach_handle(self, context, driver_name, attach_handle,
-                              arq_uuid):
+                              arq_uuid, request=None):
         driver, device, handle, uuid = self._find_attach_handle(
             driver_name, attach_handle)
+        kinds = agent_rpcapi.MADE_AT_BIND.get(handle.attach_type)
+        extra = {}
+        if request is not None:
+            extra['request'] = kinds[0].load(request) if kinds else request
         with self._handle_lock(driver_name, handle):
-            driver.prepare_attach_handle(device, handle, uuid)
-        LOG.info('Prepared %s attach handle %s (%s) of %s for ARQ %s',
+            made = driver.prepare_attach_handle(device, handle, uuid,
+                                                **extra)
+        LOG.info('Prepared %s attach handle %s (%s) of %s for ARQ %s%s',
                  handle.attach_type, uuid, _address_text(handle.attach_info),
-                 driver_name, arq_uuid)
+                 driver_name, arq_uuid, ': %s' % made if made else '')
         # Tests only: a window in which the device exists and the
         # conductor has not heard of it yet; once per ARQ, so that the
         # bind resumed after a crash is not held again.
@@ -240,18 +247,29 @@ class AgentManager:
         if delay and arq_uuid not in self._held_answers:
             self._held_answers.add(arq_uuid)
             time.sleep(delay)
+        if made is None or not kinds:
+            return made
+        return kinds[1].dump(made)
 
     @_answers_errors
     @rpc.ignores_unknown_args
     def release_attach_handle(self, context, driver_name, attach_handle,
-                              arq_uuid):
+                              arq_uuid, details=None):
         driver, device, handle, uuid = self._find_attach_handle(
             driver_name, attach_handle)
+        kinds = agent_rpcapi.MADE_AT_BIND.get(handle.attach_type)
+        extra = {}
+        if details is not None:
+            extra['details'] = kinds[1].load(details) if kinds else details
         with self._handle_lock(driver_name, handle):
-            driver.release_attach_handle(device, handle, uuid)
+            left = driver.release_attach_handle(device, handle, uuid,
+                                                **extra)
         LOG.info('Released %s attach handle %s (%s) of %s for ARQ %s',
                  handle.attach_type, uuid, _address_text(handle.attach_info),
                  driver_name, arq_uuid)
+        if left is None or not kinds:
+            return left
+        return kinds[2].dump(left)
 
     @_answers_errors
     @rpc.ignores_unknown_args
@@ -442,7 +460,8 @@ class AgentManager:
     def _handle_lock(self, driver_name, handle):
         """One prepare or release at a time per attach handle: a late
         release of one bind never interleaves with the next bind's
-        prepare of the same handle."""
+        prepare of the same handle. The handles of one function share
+        it (the MIG slots of one GPU)."""
         key = (driver_name, handle.attach_type,
                _address_text(handle.attach_info))
         with self._program_locks_lock:

@@ -19,6 +19,10 @@ Version history (bump the minor for additions, keep old calls working):
   1.0 ping
   1.1 prepare_attach_handle, release_attach_handle, program
   1.2 apply_device_config
+  1.3 apply_device_config with wanted_settings None (teardown alone)
+  1.4 prepare_attach_handle with ``request``, release_attach_handle with
+      ``details``: MIG instances made at bind (``MIG_REQUEST``,
+      ``MIG_INSTANCE``, ``MIG_RELEASED``)
 
 ``[upgrade_levels] agent`` caps what the conductor sends, as
 ``[upgrade_levels] conductor`` does for the conductor's API (see
@@ -36,9 +40,13 @@ import oslo_messaging as messaging
 from cyborg import exception
 from cyborg import rpc
 from cyborg.accelerator.drivers import base
+from cyborg.accelerator.drivers.gpu import mig_nvml
 from cyborg.objects import payload
 
-VERSION = '1.2'
+VERSION = '1.4'
+# The first version whose prepare and release make and destroy what a
+# bind asks for (a MIG instance).
+REQUEST_VERSION = '1.4'
 
 # An attach handle as the conductor stores it; ``attach_info`` may be the
 # JSON text of its column.
@@ -51,6 +59,19 @@ CONFIG_RESULT = payload.Kind('configuration result', '1.0',
                              required=('state',),
                              optional={'failed_task': None, 'message': '',
                                        'changed': list})
+# What a bind on a MIG slot asks for, what prepare made, and what the card
+# can still create once release destroyed it.
+MIG_REQUEST = payload.Kind('MIG request', '1.0', required=('mig_profile',),
+                           optional={'placement_rule': 'best-fit'})
+MIG_INSTANCE = payload.Kind('MIG instance', '1.0',
+                            required=('mig_profile', 'start', 'gi_id',
+                                      'ci_id', 'mig_uuid'),
+                            optional={'creatable': list})
+MIG_RELEASED = payload.Kind('MIG release', '1.0',
+                            optional={'creatable': list})
+# By attach type: (what prepare is asked, what it answers and release is
+# given back, what release answers).
+MADE_AT_BIND = {'MIG': (MIG_REQUEST, MIG_INSTANCE, MIG_RELEASED)}
 
 
 class AgentError(exception.CyborgError):
@@ -80,7 +101,9 @@ ANSWERED_ERRORS = {cls.__name__: cls for cls in (
     exception.CyborgError, exception.Invalid, exception.NotFound,
     exception.Conflict, base.DriverError, base.OperationNotSupported,
     AgentError, DriverNotEnabled, NotOnThisHost, BitstreamUnavailable,
-    payload.PayloadError, payload.PayloadVersionError)}
+    payload.PayloadError, payload.PayloadVersionError, mig_nvml.MIGError,
+    mig_nvml.MIGUnavailable, mig_nvml.MIGRefused, mig_nvml.MIGInUse,
+    mig_nvml.MIGIdentityMismatch)}
 
 
 def _as_answered(error):
@@ -107,12 +130,20 @@ class AgentAPI:
         self._config_timeout = (config_timeout if config_timeout
                                 is not None else self._program_timeout)
 
+    def _client(self, host=None, timeout=None):
+        return rpc.CappedClient(self._transport, rpc.AGENT_TOPIC, VERSION,
+                                'agent', version_cap=self._version_cap,
+                                server=host,
+                                timeout=timeout or self._timeout)
+
+    def can_send_version(self, version):
+        """Whether ``[upgrade_levels] agent`` lets this client send
+        ``version``."""
+        return self._client().can_send_version(version)
+
     def _call(self, context, host, version, method, timeout=None,
               **kwargs):
-        client = rpc.CappedClient(self._transport, rpc.AGENT_TOPIC, VERSION,
-                                  'agent', version_cap=self._version_cap,
-                                  server=host,
-                                  timeout=timeout or self._timeout)
+        client = self._client(host, timeout)
         cctxt = client.prepare(method, version)
         try:
             return cctxt.call(context, method, **kwargs)
@@ -129,7 +160,7 @@ class AgentAPI:
         return self._call(context, host, '1.0', 'ping')
 
     def prepare_attach_handle(self, context, host, driver_name,
-                              attach_handle, arq_uuid):
+                              attach_handle, arq_uuid, request=None):
         """Make an attach handle ready for the VM of ARQ ``arq_uuid``.
 
         ``attach_handle`` is ``{'uuid', 'attach_type', 'attach_info'}`` as
@@ -137,23 +168,62 @@ class AgentAPI:
         driver ``driver_name`` discovers. For an ``MDEV`` handle the mdev
         is created with the handle's UUID, which the conductor gives the
         handle anew at each allocation (the mdev is this ARQ's, not the
-        handle's); a PCI function needs nothing.
+        handle's); a PCI function needs nothing: None.
+
+        A ``MIG`` slot handle needs ``request`` (1.4), ``{'mig_profile':
+        '3g.40gb', 'placement_rule': 'best-fit' | 'lowest-slot'}``: the
+        agent creates the instance at the start the rule chooses and
+        answers ``{'mig_profile', 'start', 'gi_id', 'ci_id', 'mig_uuid',
+        'creatable'}``, ``creatable`` the profiles the card can still
+        create. A card with no start free for it raises ``MIGRefused``
+        (409). Under a cap below 1.4 a request raises ``VersionCapped``:
+        an older agent would make nothing.
         """
-        self._call(context, host, '1.1', 'prepare_attach_handle',
-                   driver_name=driver_name,
-                   attach_handle=ATTACH_HANDLE.dump(attach_handle),
-                   arq_uuid=arq_uuid)
+        kinds = _made_at_bind(attach_handle)
+        if request is None:
+            return self._call(context, host, '1.1', 'prepare_attach_handle',
+                              driver_name=driver_name,
+                              attach_handle=ATTACH_HANDLE.dump(attach_handle),
+                              arq_uuid=arq_uuid)
+        answer = self._call(
+            context, host, REQUEST_VERSION, 'prepare_attach_handle',
+            driver_name=driver_name,
+            attach_handle=ATTACH_HANDLE.dump(attach_handle),
+            arq_uuid=arq_uuid,
+            request=kinds[0].dump(request) if kinds else request)
+        if answer is None or not kinds:
+            return answer
+        return kinds[1].load(answer)
 
     def release_attach_handle(self, context, host, driver_name,
-                              attach_handle, arq_uuid):
+                              attach_handle, arq_uuid, details=None):
         """Undo ``prepare_attach_handle``; harmless if already undone.
         ``attach_handle`` is as the ARQ's bind got it: its UUID names that
         bind's mdev only, which the agent removes only from the handle's
-        function and type."""
-        self._call(context, host, '1.1', 'release_attach_handle',
-                   driver_name=driver_name,
-                   attach_handle=ATTACH_HANDLE.dump(attach_handle),
-                   arq_uuid=arq_uuid)
+        function and type.
+
+        For a ``MIG`` slot handle ``details`` (1.4) is what prepare
+        answered: the agent destroys exactly that instance and answers
+        ``{'creatable'}``. An instance already gone (the host rebooted) is
+        released; one with running processes raises ``MIGInUse`` (409),
+        one whose ids name another instance now ``MIGIdentityMismatch``
+        (409), and nothing is destroyed.
+        """
+        kinds = _made_at_bind(attach_handle)
+        if details is None:
+            return self._call(context, host, '1.1', 'release_attach_handle',
+                              driver_name=driver_name,
+                              attach_handle=ATTACH_HANDLE.dump(attach_handle),
+                              arq_uuid=arq_uuid)
+        answer = self._call(
+            context, host, REQUEST_VERSION, 'release_attach_handle',
+            driver_name=driver_name,
+            attach_handle=ATTACH_HANDLE.dump(attach_handle),
+            arq_uuid=arq_uuid,
+            details=kinds[1].dump(details) if kinds else details)
+        if answer is None or not kinds:
+            return answer
+        return kinds[2].load(answer)
 
     def program(self, context, host, driver_name, controlpath_info,
                 bitstream):
@@ -181,10 +251,20 @@ class AgentAPI:
         of ``kind``: its teardown and setup playbooks, then a new
         discovery and report. Returns ``{'state': 'applied' | 'failed',
         'failed_task', 'message', 'changed'}``; a second call with the
-        same settings changes nothing."""
+        same settings changes nothing. ``wanted_settings`` None puts the
+        device back as discovered (1.3)."""
         return CONFIG_RESULT.load(self._call(
-            context, host, '1.2', 'apply_device_config',
+            context, host, '1.2' if wanted_settings is not None else '1.3',
+            'apply_device_config',
             timeout=timeout or self._config_timeout,
             controlpath_info=controlpath_info, kind=kind,
             applied_settings=applied_settings,
             wanted_settings=wanted_settings))
+
+
+def _made_at_bind(attach_handle):
+    """The payload kinds of what is made at bind for this handle's attach
+    type (``MADE_AT_BIND``), or None."""
+    if not isinstance(attach_handle, dict):
+        return None
+    return MADE_AT_BIND.get(attach_handle.get('attach_type'))

@@ -54,7 +54,10 @@ def _time(value):
 
 
 def _settings(row):
-    text = _compact(row.wanted_settings)
+    if row.wanted_settings is None:  # its policy deleted: put back
+        text = 'as discovered'
+    else:
+        text = _compact(row.wanted_settings)
     if row.applied_settings != row.wanted_settings:
         text += ' (applied: %s)' % _compact(row.applied_settings)
     if row.state == config_status.FAILED:

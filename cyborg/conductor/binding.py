@@ -49,6 +49,7 @@ from cyborg import service
 from cyborg import states
 from cyborg.conductor import bitstreams
 from cyborg.conductor import membership as membership_module
+from cyborg.conductor import mig
 from cyborg.db import models
 from cyborg.db.api import arqs as db
 from cyborg.db.api import device_config_status as config_db
@@ -137,8 +138,11 @@ class Binder:
     """The conductor's part of the ARQ life cycle."""
 
     def __init__(self, conf, agent, nova=None, glance=None, owner=None,
-                 membership=None, metrics=None, notifier=None):
+                 membership=None, metrics=None, notifier=None, sync=None):
         self.conf = conf
+        # HostSync: Placement follows a MIG bind's traits before Nova
+        # hears of the bind.
+        self.sync = sync
         self.metrics = (metrics if metrics is not None
                         else conductor_metrics.ConductorMetrics())
         self.agent = agent
@@ -418,7 +422,9 @@ class Binder:
         try:
             if before is not None:
                 before()
-            if handle['attach_type'] in db.PREPARED_ON_HOST:
+            if handle['attach_type'] == MIG:
+                self._make_mig_instance(context, item, deployable, handle)
+            elif handle['attach_type'] in db.PREPARED_ON_HOST:
                 self.agent.prepare_attach_handle(
                     context, deployable['hostname'],
                     deployable['driver_name'], _handle_payload(handle),
@@ -429,6 +435,47 @@ class Binder:
                                       deployable['driver_name'], handle,
                                       item['uuid'])
             raise
+
+    def _make_mig_instance(self, context, item, deployable, handle):
+        """Have the agent make the MIG instance the ARQ asks for, keep
+        its identity on the ARQ (``handle['attach_details']`` too, for a
+        release), and have Placement follow what the GPU can still
+        create."""
+        try:
+            profile = mig.profile_asked(item['group'])
+        except mig.NotAMIGRequest as exc:
+            raise BindRefused(str(exc))
+        # A bind resumed after a crash finds the instance it made.
+        made = db.attach_details_of(context, item['id'])
+        if made is None:
+            answer = self.agent.prepare_attach_handle(
+                context, deployable['hostname'], deployable['driver_name'],
+                _handle_payload(handle), item['uuid'], request={
+                    'mig_profile': profile,
+                    'placement_rule': self.conf.conductor.mig_placement_rule})
+            try:
+                made = mig.kept_details(answer)
+            except ValueError as exc:
+                raise BindRefused(str(exc))
+            handle['attach_details'] = made
+            if not db.record_attach_details(context, item['id'],
+                                            handle['id'], made):
+                raise db.BindLost(item['id'])
+            self._follow_mig_traits(context, deployable,
+                                    answer.get('creatable'))
+        handle['attach_details'] = made
+
+    def _follow_mig_traits(self, context, deployable, creatable):
+        """The GPU's provider says what it can still create, in the
+        database and, before any Nova event, in Placement."""
+        if creatable is None:
+            return
+        traits = mig.traits_with(db.deployable_traits(context,
+                                                      deployable['id']),
+                                 creatable)
+        if (db.set_deployable_traits(context, deployable['id'], traits)
+                and self.sync is not None):
+            self.sync.sync_host(context, deployable['hostname'])
 
     # -- FPGA reservations and programming -------------------------------
 
@@ -649,9 +696,8 @@ class Binder:
         if handle is None or handle['attach_type'] not in db.PREPARED_ON_HOST:
             return
         try:
-            self.agent.release_attach_handle(context, host, driver_name,
-                                             _handle_payload(handle),
-                                             arq_uuid)
+            self._release(context, host, driver_name, handle, arq_uuid,
+                          handle.get('attach_details'))
         except Exception as exc:
             LOG.warning('Could not release handle %s of ARQ %s on %s: %s',
                         handle['uuid'], arq_uuid, host,
@@ -743,15 +789,34 @@ class Binder:
                       'attach_type': row['attach_type'],
                       'attach_info': row['attach_info']}
             try:
-                self.agent.release_attach_handle(
-                    context, row['hostname'], row['driver_name'], handle,
-                    row['uuid'])
+                self._release(context, row['hostname'], row['driver_name'],
+                              handle, row['uuid'], row['attach_details'])
             except Exception as exc:
                 LOG.warning('Could not release handle %s of ARQ %s on %s: '
                             '%s', handle['uuid'], row['uuid'],
                             row['hostname'], service.describe_error(exc))
                 failed.add(row['uuid'])
         return failed
+
+    def _release(self, context, host, driver_name, handle, arq_uuid,
+                 details):
+        """Have the agent undo what it made for ``handle``'s bind: a MIG
+        instance by the identity the bind kept (none kept: nothing was
+        made), then Placement follows what the GPU can create again."""
+        if handle['attach_type'] != MIG:
+            self.agent.release_attach_handle(context, host, driver_name,
+                                             _handle_payload(handle),
+                                             arq_uuid)
+            return
+        if not details:
+            return
+        answer = self.agent.release_attach_handle(
+            context, host, driver_name, _handle_payload(handle), arq_uuid,
+            details=details)
+        deployable = db.deployable_of_handle(context, handle['uuid'])
+        if deployable is not None and isinstance(answer, dict):
+            self._follow_mig_traits(context, deployable,
+                                    answer.get('creatable'))
 
     # -- recovery (each step run by its own worker, recovery.py) ------
 
@@ -821,6 +886,9 @@ def _same_text(left, right):
         return False
     return (bitstreams.uuid_hex(left) or left) == (
         bitstreams.uuid_hex(right) or right)
+
+
+MIG = 'MIG'
 
 
 def _handle_payload(handle):

@@ -25,6 +25,14 @@ host one after another:
   (killed, restarting) is asked again at the next pass: an applied
   setting is a no-op the second time.
 
+A device whose policy was deleted with ``restore_on_delete`` is put
+back as discovered the same way, with nothing wanted: drained, then the
+agent runs the teardown playbook alone with the settings that were
+applied, discovers again and reports. Restored, the device loses its
+status row and is released (its policy's row goes with the last one);
+failed, it stays out of scheduling until the policy is deleted again
+(which retries) or a new policy wins the device.
+
 Every move is a compare-and-set of the row: a policy changed meanwhile
 (the row pending again) wins over a move decided before it.
 
@@ -75,6 +83,7 @@ class Rollout:
         """Advance every row of the hosts ``membership`` owns (all of
         them without one), after selecting the devices found there."""
         self._select_found_devices(context, membership)
+        self._forget_restored(context)
         with context.db.read_connection(context) as connection:
             hosts = [h for h in config_db.hosts_of(connection)
                      if membership is None or membership.owns(h)]
@@ -110,6 +119,15 @@ class Rollout:
             if self.notifier is not None:
                 emit.config_status_changed(self.notifier, context, changes)
 
+    def _forget_restored(self, context):
+        """Delete the deleted policies left with nothing to restore (their
+        last devices removed, or won by a new policy)."""
+        with context.db.read_connection(context) as connection:
+            done = config_db.restored_policies(connection)
+        for policy_id in done:
+            with context.db.writer(context) as session:
+                config_db.forget_restored(session.connection(), policy_id)
+
     def _advance_host(self, context, items):
         for item in items:
             try:
@@ -139,7 +157,8 @@ class Rollout:
         return dataclasses.replace(item, state=to_state)
 
     def _start(self, context, item):
-        if item.applied_settings == item.wanted_settings:
+        if (not item.restoring
+                and item.applied_settings == item.wanted_settings):
             self._move(context, item, config_db.APPLIED, failed_task=None,
                        message=None)
             return None
@@ -148,8 +167,10 @@ class Rollout:
                                             self.drain_hosts)
         if not started:
             return None
-        LOG.info('Device %s on %s: draining for policy %s', item.device_uuid,
-                 item.hostname, item.policy_name)
+        LOG.info('Device %s on %s: draining %s policy %s',
+                 item.device_uuid, item.hostname,
+                 'to put it back as discovered, for the deleted'
+                 if item.restoring else 'for', item.policy_name)
         self._announce(context, item, config_db.DRAINING)
         self.sync.sync_host(context, item.hostname)
         return dataclasses.replace(item, state=config_db.DRAINING)
@@ -187,12 +208,14 @@ class Rollout:
                        message='The device has no PCI address to '
                                'configure.')
             return
+        # Restoring: nothing wanted, the teardown alone.
+        wanted = None if item.restoring else item.wanted_settings
         ask = functools.partial(
             self.agent.apply_device_config, context, item.hostname,
             item.controlpath_info, item.kind, item.applied_settings,
-            item.wanted_settings)
+            wanted)
         try:
-            if item.kind == kinds.FPGA_BASE_IMAGE:
+            if item.kind == kinds.FPGA_BASE_IMAGE and not item.restoring:
                 result = self._load_base_image(context, item, ask)
             else:
                 result = ask()
@@ -209,7 +232,9 @@ class Rollout:
             result = {'state': config_db.FAILED,
                       'failed_task': 'apply on %s' % item.hostname,
                       'message': str(exc)}
-        if result.get('state') == config_db.APPLIED:
+        if result.get('state') == config_db.APPLIED and item.restoring:
+            moved = self._restored(context, item)
+        elif result.get('state') == config_db.APPLIED:
             moved = self._move(context, item, config_db.APPLIED,
                                applied_settings=item.wanted_settings,
                                failed_task=None, message=None)
@@ -226,6 +251,17 @@ class Rollout:
                         result.get('failed_task'), result.get('message'))
         if moved is not None:
             self.sync.sync_host(context, item.hostname)
+
+    def _restored(self, context, item):
+        with context.db.writer(context) as session:
+            gone = config_db.finish_restore(session.connection(), item)
+        if not gone:
+            return None
+        LOG.info('Device %s on %s: %s restored as discovered (policy %s '
+                 'deleted)', item.device_uuid, item.hostname, item.kind,
+                 item.policy_name)
+        self._announce(context, item, None)
+        return item
 
     def _load_base_image(self, context, item, ask):
         if self.binder is None:
@@ -244,4 +280,5 @@ class Rollout:
                              policy_uuid=item.policy_uuid,
                              policy_name=item.policy_name,
                              old_state=item.state, state=state,
-                             wanted_settings=item.wanted_settings)])
+                             wanted_settings=None if item.restoring
+                             else item.wanted_settings)])

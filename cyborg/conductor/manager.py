@@ -394,6 +394,7 @@ class ConductorService(service.Service):
             notifier=notifier)
         sync = host_sync.HostSync(placement,
                                   layout=conf.placement.provider_layout)
+        binder.sync = sync
         health = health_module.DeviceHealth(
             sync, self.membership, conf.conductor.quarantine_hold_down,
             conf.service_down_time, notifier=notifier)

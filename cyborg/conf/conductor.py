@@ -14,6 +14,15 @@ opts = [
                help='Seconds between two attempts to reach a neighbour '
                     '(the database, RabbitMQ, Placement) that is down when '
                     'the conductor starts.'),
+    cfg.StrOpt('mig_placement_rule',
+               default='best-fit',
+               choices=[('best-fit', 'The start that keeps the largest '
+                         'profile creatable, then the most placements, '
+                         'then the lowest slot.'),
+                        ('lowest-slot', 'The lowest free start slot.')],
+               help='Where the agent creates a MIG instance made on demand, '
+                    'among the start slots its profile may take on the '
+                    'GPU.'),
     cfg.IntOpt('bind_timeout',
                default=330,
                min=5,

@@ -278,6 +278,10 @@ class ExtendedAcceleratorRequest(TimestampMixin, Base):
     nova_event_pending: orm.Mapped[bool] = orm.mapped_column(
         sa.Boolean, nullable=False, default=False,
         server_default=sa.false())
+    # What the host made for this ARQ at bind (a MIG instance: its GPU,
+    # profile, start, GPU and compute instance ids and MIG UUID), given
+    # back at release so that only that is destroyed; None otherwise.
+    attach_details: orm.Mapped[dict | None] = orm.mapped_column(JSONText)
 
 
 class Service(TimestampMixin, Base):
@@ -361,6 +365,11 @@ class DeviceConfigPolicy(TimestampMixin, Base):
     restore_on_delete: orm.Mapped[bool] = orm.mapped_column(
         sa.Boolean, nullable=False, default=False,
         server_default=sa.false())
+    # Set when a policy that restores its devices is deleted while some
+    # are still to be put back: from then on it selects nothing, and the
+    # row goes with the last of its status rows.
+    deleted_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        sa.DateTime, nullable=True)
 
 
 class DeviceConfigStatus(TimestampMixin, Base):

@@ -18,6 +18,10 @@ MIG_LAYOUT = 'mig_layout'
 PLAYBOOK = 'playbook'
 KINDS = (SRIOV_VFS, DRIVER_BINDING, VGPU_TYPE, FPGA_BASE_IMAGE, MIG_LAYOUT,
          PLAYBOOK)
+# Kinds whose teardown has nothing to undo (a bitstream is replaced whole
+# by the next one loaded): a policy deleted with restore_on_delete leaves
+# their devices as they are at once.
+NOTHING_TO_UNDO = (FPGA_BASE_IMAGE,)
 
 # The drivers a function may be bound to: vfio-pci for passthrough, or
 # "own" for the driver the kernel would pick for the device.

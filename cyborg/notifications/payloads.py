@@ -193,7 +193,9 @@ class DeviceConfigStatusPayload(Payload):
     state: str | None = _field('Its configuration state now; null when no '
                                'policy selects it any more.',
                                enum=config_status.STATES)
-    wanted_settings: dict = _field('The settings the policy wants of it.')
+    wanted_settings: dict | None = _field(
+        'The settings the policy wants of it; null while it is put back '
+        'as discovered (its policy deleted with restore_on_delete).')
 
 
 KINDS = (AcceleratorRequestPayload, AcceleratorRequestErrorPayload,

@@ -28,6 +28,28 @@ DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
 ATTACH_TYPES = ('PCI', 'MDEV', 'MIG', 'TEST_PCI')
 
 
+# The resource classes of a MIG instance made on demand: a group asks
+# for its slices by amount, and they make one accelerator, one ARQ.
+SLICE_CLASSES = frozenset({'CUSTOM_MIG_COMPUTE_SLICE',
+                           'CUSTOM_MIG_MEMORY_SLICE',
+                           'CUSTOM_MIG_MEDIA_ENGINE'})
+
+
+def accelerators_asked(group):
+    """How many accelerators (ARQs) a device profile group asks for: one
+    per unit of each resource, and one for all the slices of a MIG
+    instance."""
+    units, sliced = 0, False
+    for key, value in group.items():
+        if not key.startswith('resources:'):
+            continue
+        if key[len('resources:'):] in SLICE_CLASSES:
+            sliced = True
+        else:
+            units += int(value)
+    return units + sliced
+
+
 # A deployable attribute ``inventory:<resource class>`` = total: an
 # inventory its provider offers beside its own resource class.
 EXTRA_INVENTORY = 'inventory:'

@@ -13,6 +13,12 @@ anything:
 - ``playbook.run_playbook``: run the setup or teardown playbook of a
   device configuration pair from a root-owned directory, with the
   variables it declares, without any capability.
+- ``mig.create_mig_instance`` / ``mig.destroy_mig_instance``: create
+  the MIG instance of a bind through NVML at the start the daemon
+  chooses, and destroy exactly that instance at unbind, on a GPU listed
+  in the daemon's own ``[gpu_devices] mig_on_demand_addresses``. NVML
+  lets uid 0 manage MIG instances: the daemon's uid, with no further
+  capability.
 
 Nothing else of the agent needs privileges: discovery and health read
 world-readable sysfs files and NVML, bitstreams are downloaded into the

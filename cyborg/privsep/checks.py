@@ -15,6 +15,7 @@ import threading
 from oslo_config import cfg
 
 from cyborg.conf import device_config as device_config_conf
+from cyborg.conf import gpu_devices as gpu_devices_conf
 from cyborg.conf import pci as pci_conf
 
 _UUID = re.compile(r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
@@ -22,6 +23,8 @@ _UUID = re.compile(r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
 PCI_ADDRESS = re.compile(r'[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
 # Kernel mdev type ids: nvidia-222, i915-GVTg_V5_4, mlx5_core-local.
 _MDEV_TYPE = re.compile(r'[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}')
+# MIG profiles: 3g.40gb, 1g.10gb+me.
+_MIG_PROFILE = re.compile(r'[1-9]\d*g\.[1-9]\d*gb(\+me)?', re.ASCII)
 
 _conf_lock = threading.Lock()
 
@@ -54,16 +57,42 @@ def mdev_type_name(value):
     return value
 
 
+def mig_profile_name(value):
+    """``value`` if it can name a MIG profile (``3g.40gb``,
+    ``1g.10gb+me``)."""
+    if not isinstance(value, str) or not _MIG_PROFILE.fullmatch(value):
+        raise InvalidArgument('%r is not a MIG profile name (such as '
+                              '3g.40gb or 1g.10gb+me)' % (value,))
+    return value
+
+
+def one_of(value, allowed, what):
+    """``value`` if it is one of ``allowed``."""
+    if not isinstance(value, str) or value not in allowed:
+        raise InvalidArgument('%r is not a %s (%s)'
+                              % (value, what, ', '.join(allowed)))
+    return value
+
+
+def count(value, what):
+    """``value`` if it is a whole number, 0 or more (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument('%s %r is not a whole number' % (what, value))
+    return value
+
+
 def daemon_conf():
     """The daemon's configuration: oslo.privsep's ``cfg.CONF``, parsed by
-    privsep-helper from the files it was given, with ``[pci]`` and
-    ``[device_config]`` known."""
+    privsep-helper from the files it was given, with ``[pci]``,
+    ``[device_config]`` and ``[gpu_devices]`` known."""
     conf = cfg.CONF
     with _conf_lock:
         if 'pci' not in conf:
             pci_conf.register_opts(conf)
         if device_config_conf.GROUP not in conf:
             device_config_conf.register_opts(conf)
+        if gpu_devices_conf.GROUP not in conf:
+            gpu_devices_conf.register_opts(conf)
     return conf
 
 

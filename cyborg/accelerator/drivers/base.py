@@ -10,7 +10,9 @@ agent builds it with the configuration object and the shared
   and gives the same answer for the same host.
 - ``prepare_attach_handle()`` / ``release_attach_handle()`` around the life
   of an ARQ bound to one of the driver's attach handles (for a vGPU: create
-  and remove the mdev). A PCI function needs nothing: the defaults do
+  and remove the mdev; for a slot of MIG instances on demand: create the
+  instance the bind's request names and answer what it is, destroy it
+  again from that answer). A PCI function needs nothing: the defaults do
   nothing.
 - ``program()`` to load a bitstream into an FPGA, with the bitstream's
   Glance properties as ``metadata``. Drivers of other devices refuse it.
@@ -113,14 +115,22 @@ class AcceleratorDriver(abc.ABC):
 
     def prepare_attach_handle(self, device: inventory.Device,
                               handle: inventory.AttachHandle,
-                              uuid: str) -> None:
-        """Make ``handle`` ready to be given to a VM as ``uuid``."""
+                              uuid: str,
+                              request: dict | None = None) -> dict | None:
+        """Make ``handle`` ready to be given to a VM as ``uuid``.
+
+        ``request`` says what to make where the handle is a slot for
+        something made at bind (a MIG instance: its profile); the answer
+        then says what was made, and comes back as ``details`` at
+        release. None where nothing is made."""
         return None  # a whole PCI function is ready as it is
 
     def release_attach_handle(self, device: inventory.Device,
                               handle: inventory.AttachHandle,
-                              uuid: str) -> None:
-        """Undo ``prepare_attach_handle``; harmless if already undone."""
+                              uuid: str,
+                              details: dict | None = None) -> dict | None:
+        """Undo ``prepare_attach_handle``, whose answer ``details`` is;
+        harmless if already undone."""
         return None
 
     # Devices that lower their PCIe link speed themselves when idle (GPUs):

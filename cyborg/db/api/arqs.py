@@ -24,8 +24,10 @@ from sqlalchemy import orm
 from cyborg import exception
 from cyborg import states
 from cyborg.db import models
+from cyborg.db.api import host_sync_states
 from cyborg.db.api import locking
 from cyborg.db.api import pagination
+from cyborg.objects import inventory
 
 ARQ = models.ExtendedAcceleratorRequest
 Handle = models.AttachHandle
@@ -38,7 +40,7 @@ Device = models.Device
 MAX_ARQS_PER_REQUEST = 64
 # Attach handles that the host's agent prepares (a vGPU's mediated
 # device) and so must release before the handle is free again.
-PREPARED_ON_HOST = frozenset({'MDEV'})
+PREPARED_ON_HOST = frozenset({'MDEV', 'MIG'})
 # How many free handles one allocation tries before giving up on a race.
 _HANDLE_CANDIDATES = 32
 _HANDLE_COLUMNS = (Handle.id, Handle.uuid, Handle.attach_type,
@@ -52,6 +54,7 @@ _VIEW_COLUMNS = (
     Handle.uuid.label('attach_handle_uuid'),
     Handle.attach_type.label('attach_handle_type'),
     Handle.attach_info.label('attach_handle_info'),
+    ARQ.attach_details,
 )
 
 # Retried on deadlock: two binds on MariaDB may lock index gaps in
@@ -154,9 +157,9 @@ def _bound_on_host():
 # -- creating ------------------------------------------------------------
 
 def _units(groups):
-    """How many ARQs each group asks for: the sum of its resources."""
-    return [sum(int(value) for key, value in group.items()
-                if key.startswith('resources:')) for group in groups]
+    """How many ARQs each group asks for: the sum of its resources, one
+    for the slices of a MIG instance."""
+    return [inventory.accelerators_asked(group) for group in groups]
 
 
 # Built once: statements cost more to build than to run on MariaDB. Core
@@ -222,7 +225,7 @@ def create_arqs(context, profile_name, project_id):
              'created_at': now, 'updated_at': None,
              'device_profile_name': known[2],
              'attach_handle_uuid': None, 'attach_handle_type': None,
-             'attach_handle_info': None}
+             'attach_handle_info': None, 'attach_details': None}
             for r in rows]
 
 
@@ -695,6 +698,63 @@ def allocate_attach_handle(context, arq_id, deployable_ids):
         return None
 
 
+@_retry_on_deadlock
+def record_attach_details(context, arq_id, handle_id, details):
+    """Keep ``details`` (what the host made for the bind) on ARQ
+    ``arq_id`` if it is still being bound with handle ``handle_id``:
+    True; False if it left BindStarted meanwhile (the caller undoes
+    what was made)."""
+    with context.db.writer(context) as session:
+        done = session.execute(sa.update(ARQ).where(
+            ARQ.id == arq_id, ARQ.state == states.BIND_STARTED,
+            ARQ.attach_handle_id == handle_id).values(
+                attach_details=details))
+        return done.rowcount == 1
+
+
+@_retry_on_deadlock
+def set_deployable_traits(context, deployable_id, traits):
+    """Give deployable ``deployable_id`` the traits ``traits``, and say
+    that Placement must follow its host; True if they changed."""
+    with context.db.writer(context) as session:
+        row = session.execute(
+            sa.select(Deployable.traits, Device.hostname)
+            .join(Device, Device.id == Deployable.device_id)
+            .where(Deployable.id == deployable_id)).one_or_none()
+        if row is None or list(row.traits or ()) == list(traits):
+            return False
+        session.execute(sa.update(Deployable).where(
+            Deployable.id == deployable_id).values(traits=list(traits)))
+        host_sync_states.bump_desired(session.connection(), row.hostname)
+        return True
+
+
+def deployable_traits(context, deployable_id):
+    """The traits of deployable ``deployable_id`` as stored."""
+    with context.db.read_connection(context) as connection:
+        return connection.execute(sa.select(Deployable.traits).where(
+            Deployable.id == deployable_id)).scalar() or []
+
+
+def deployable_of_handle(context, handle_uuid):
+    """{id, hostname} of the deployable of the attach handle that has
+    UUID ``handle_uuid`` now, or None."""
+    with context.db.read_connection(context) as connection:
+        row = connection.execute(
+            sa.select(Deployable.id, Device.hostname)
+            .join(Device, Device.id == Deployable.device_id)
+            .join(Handle, Handle.deployable_id == Deployable.id)
+            .where(Handle.uuid == handle_uuid)).one_or_none()
+    return None if row is None else dict(row._mapping)
+
+
+def attach_details_of(context, arq_id):
+    """What the host made for ARQ ``arq_id``'s bind, or None."""
+    with context.db.read_connection(context) as connection:
+        return connection.execute(sa.select(ARQ.attach_details).where(
+            ARQ.id == arq_id)).scalar()
+
+
 def holds_handle(context, arq_id, handle_id, handle_uuid=None):
     """Whether ARQ ``arq_id`` is Bound to attach handle ``handle_id``,
     under the UUID ``handle_uuid`` if given (the same allocation, not a
@@ -762,7 +822,7 @@ def _fail_binds(context, where):
             sa.update(ARQ).where(ARQ.id.in_(ids)).values(
                 state=states.BIND_FAILED, bind_conductor=None,
                 bind_deadline=None, attach_handle_id=None,
-                deployable_id=None,
+                deployable_id=None, attach_details=None,
                 nova_event_pending=True, updated_at=stamp))
         _free_handles(session, [r.attach_handle_id for r in rows])
         return [dict(r._mapping, updated_at=stamp) for r in rows]
@@ -885,7 +945,8 @@ def _releasing_columns():
     return {'hostname': None, 'device_rp_uuid': None, 'instance_uuid': None,
             'attach_handle_id': None, 'deployable_id': None,
             'bind_conductor': None, 'bind_started_at': None,
-            'bind_deadline': None, 'nova_event_pending': False}
+            'bind_deadline': None, 'nova_event_pending': False,
+            'attach_details': None}
 
 
 @_retry_on_deadlock
@@ -923,7 +984,7 @@ def handles_of(context, uuids=None, instance_uuid=None, project_id=None):
     with context.db.read_connection(context) as connection:
         stmt = _scoped(
             sa.select(ARQ.uuid, ARQ.state, ARQ.hostname, ARQ.instance_uuid,
-                      Handle.uuid.label('handle_uuid'),
+                      ARQ.attach_details, Handle.uuid.label('handle_uuid'),
                       Handle.attach_type, Handle.attach_info,
                       Deployable.driver_name)
             .select_from(ARQ)

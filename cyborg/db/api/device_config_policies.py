@@ -6,6 +6,12 @@ equal priority select one device is decided on what the others have
 committed. The settings reach here in their stored form
 (``device_config.kinds``); here they are held against the devices they
 select (``device_config.device_checks``).
+
+A policy deleted with ``restore_on_delete`` whose devices have something
+to undo is kept, marked deleted, until the rollout has put them back
+(``device_config_status.restore``): it selects nothing, is neither
+listed nor read, and only its status and a DELETE (which retries the
+failed restores) still find it.
 """
 
 from oslo_db import api as oslo_db_api
@@ -17,6 +23,7 @@ from cyborg.db import models
 from cyborg.db.api import device_config_status as status_db
 from cyborg.db.api import locking
 from cyborg.device_config import device_checks
+from cyborg.device_config import kinds
 from cyborg.device_config import selection
 
 policies = models.DeviceConfigPolicy.__table__
@@ -38,13 +45,19 @@ def _not_found(uuid):
 
 
 def _all(connection):
-    return connection.execute(sa.select(policies).order_by(
-        policies.c.priority.desc(), policies.c.name)).all()
+    """Every policy not deleted."""
+    return connection.execute(
+        sa.select(policies).where(policies.c.deleted_at.is_(None))
+        .order_by(policies.c.priority.desc(), policies.c.name)).all()
 
 
-def _one(connection, uuid):
-    row = connection.execute(sa.select(policies).where(
-        policies.c.uuid == uuid)).one_or_none()
+def _one(connection, uuid, deleted=False):
+    """The policy ``uuid``; one deleted, whose devices are restored, only
+    if ``deleted``."""
+    where = [policies.c.uuid == uuid]
+    if not deleted:
+        where.append(policies.c.deleted_at.is_(None))
+    row = connection.execute(sa.select(policies).where(*where)).one_or_none()
     if row is None:
         raise _not_found(uuid)
     return row
@@ -62,9 +75,10 @@ def get_policy(context, uuid):
 
 
 def get_status(context, uuid):
-    """(policy, its devices' status rows); NotFound if no such policy."""
+    """(policy, its devices' status rows); NotFound if no such policy. A
+    deleted policy's rows are those of the devices still restored."""
     with context.db.read_connection(context) as connection:
-        policy = _one(connection, uuid)
+        policy = _one(connection, uuid, deleted=True)
         return policy, status_db.list_status(connection, policy.id)
 
 
@@ -96,12 +110,14 @@ def create_policy(context, values):
         connection = session.connection()
         locking.take_turns(connection, [_LOCK], policies, sa.true())
         taken = connection.execute(
-            sa.select(policies.c.name, policies.c.uuid).where(sa.or_(
+            sa.select(policies.c.name, policies.c.uuid,
+                      policies.c.deleted_at).where(sa.or_(
                 policies.c.name == values['name'],
                 policies.c.uuid == values['uuid']))).first()
         if taken is not None:
             field = 'name' if taken.name == values['name'] else 'uuid'
-            raise _duplicate(field, values[field])
+            raise _duplicate(field, values[field],
+                             taken.deleted_at is not None)
         devices = _checked_selection(connection, values, values['kind'],
                                      _all(connection))
         try:
@@ -143,19 +159,36 @@ def update_policy(context, uuid, changes):
 @_retry_on_deadlock
 def delete_policy(context, uuid):
     """Delete the policy and its status rows; the devices it won go to
-    the next policy that selects them, if any. (row, status changes)."""
+    the next policy that selects them, if any. With ``restore_on_delete``
+    those no other policy wins that have something to undo stay, pending
+    to be put back as discovered, and the policy stays marked deleted
+    until they are. A deleted policy's failed restores are made pending
+    again. (row, status changes, whether restores are under way)."""
     with context.db.writer(context) as session:
         connection = session.connection()
         locking.take_turns(connection, [_LOCK], policies, sa.true())
-        old = _one(connection, uuid)
-        won = status_db.device_ids_of(connection, old.id)
-        written = status_db.remove(connection, old)
-        connection.execute(sa.delete(policies).where(
-            policies.c.id == old.id))
+        old = _one(connection, uuid, deleted=True)
+        if old.deleted_at is not None:
+            return old, status_db.retry_restores(connection, old), True
+        others = [p for p in _all(connection) if p.id != old.id]
+        won = status_db.device_facts(
+            connection, device_ids=status_db.device_ids_of(connection,
+                                                           old.id))
+        kept, written = set(), []
+        if old.restore_on_delete and old.kind not in kinds.NOTHING_TO_UNDO:
+            taken = status_db.winners(others, won)
+            kept, written = status_db.restore(
+                connection, old, {d.id for d in won} - set(taken))
+        written += status_db.remove(connection, old, keep=kept)
+        if kept:
+            connection.execute(sa.update(policies).where(
+                policies.c.id == old.id).values(deleted_at=models.utcnow()))
+        else:
+            connection.execute(sa.delete(policies).where(
+                policies.c.id == old.id))
         written += status_db.reconcile(
-            connection, _all(connection),
-            status_db.device_facts(connection, device_ids=won))
-        return old, written
+            connection, others, [d for d in won if d.id not in kept])
+        return old, written, bool(kept)
 
 
 @_retry_on_deadlock
@@ -222,7 +255,9 @@ def _checked_selection(connection, values, kind, others):
     return devices
 
 
-def _duplicate(field, value):
+def _duplicate(field, value, deleted=False):
     return exception.Conflict(
-        'A device configuration policy with %s %s already exists.'
-        % (field, value), code='cyborg.device_config_policy.duplicate')
+        'A device configuration policy with %s %s already exists%s.'
+        % (field, value, ', deleted: its devices are being put back as '
+           'discovered' if deleted else ''),
+        code='cyborg.device_config_policy.duplicate')

@@ -17,6 +17,12 @@ transaction, so that a sync follows.
 The rollout (``cyborg.conductor.device_config``) moves rows along with
 ``start_drain`` (pending to draining, at most ``limit`` hosts of a policy
 at once) and ``move`` (a compare-and-set from one state to the next).
+
+A policy deleted with ``restore_on_delete`` keeps, until they are done,
+the rows of the devices it leaves with something to undo (``restore``):
+they go through the same states with nothing wanted (shown as a null
+``wanted_settings``), and a restored one loses its row
+(``finish_restore``); the policy's row goes with its last one.
 """
 
 import dataclasses
@@ -201,15 +207,17 @@ def _change(device, policy, old_state, state, wanted):
                   old_state=old_state, state=state, wanted_settings=wanted)
 
 
-def remove(connection, policy):
-    """Delete the status rows of ``policy`` (a row); their ``Change``s."""
+def remove(connection, policy, keep=()):
+    """Delete the status rows of ``policy`` (a row) but those of the
+    device ids ``keep``; their ``Change``s."""
+    mine = [status.c.policy_id == policy.id,
+            status.c.device_id.not_in(sorted(keep))]
     rows = connection.execute(
         sa.select(status.c.state, status.c.wanted_settings,
                   _devices.c.uuid, _devices.c.hostname)
         .join(_devices, _devices.c.id == status.c.device_id)
-        .where(status.c.policy_id == policy.id)).all()
-    connection.execute(sa.delete(status).where(
-        status.c.policy_id == policy.id))
+        .where(*mine)).all()
+    connection.execute(sa.delete(status).where(*mine))
     _bump(connection, {r.hostname for r in rows if r.state in HELD})
     return [Change(device_uuid=r.uuid, hostname=r.hostname,
                    policy_uuid=policy.uuid, policy_name=policy.name,
@@ -217,13 +225,98 @@ def remove(connection, policy):
                    wanted_settings=r.wanted_settings) for r in rows]
 
 
+def restore(connection, policy, device_ids):
+    """Make pending again, to be put back as discovered, the rows of
+    ``policy`` (a row, being deleted) of ``device_ids`` whose device has
+    something to undo: settings applied, or a change under way or failed
+    (its teardown then takes the settings that change wanted). The device
+    ids kept, and their ``Change``s; the other rows are left as they
+    are."""
+    rows = connection.execute(
+        sa.select(status.c.id, status.c.device_id, status.c.state,
+                  status.c.wanted_settings, status.c.applied_settings,
+                  _devices.c.uuid, _devices.c.hostname)
+        .join(_devices, _devices.c.id == status.c.device_id)
+        .where(status.c.policy_id == policy.id,
+               status.c.device_id.in_(sorted(device_ids)))).all()
+    now = models.utcnow()
+    kept, changes, held_changed = set(), [], set()
+    for row in rows:
+        undo = row.applied_settings
+        if row.state in (APPLYING, FAILED):
+            undo = undo or row.wanted_settings
+        if undo is None:
+            continue
+        connection.execute(sa.update(status).where(
+            status.c.id == row.id).values(
+            state=PENDING, applied_settings=undo, failed_task=None,
+            message=None, updated_at=now))
+        if row.state in HELD:
+            held_changed.add(row.hostname)
+        kept.add(row.device_id)
+        changes.append(Change(
+            device_uuid=row.uuid, hostname=row.hostname,
+            policy_uuid=policy.uuid, policy_name=policy.name,
+            old_state=row.state, state=PENDING, wanted_settings=None))
+    _bump(connection, held_changed)
+    return kept, changes
+
+
+def retry_restores(connection, policy):
+    """Make the failed restores of ``policy`` (a row, being deleted)
+    pending again; their ``Change``s."""
+    rows = connection.execute(
+        sa.select(status.c.id, _devices.c.uuid, _devices.c.hostname)
+        .join(_devices, _devices.c.id == status.c.device_id)
+        .where(status.c.policy_id == policy.id,
+               status.c.state == FAILED)).all()
+    for row in rows:
+        connection.execute(sa.update(status).where(
+            status.c.id == row.id, status.c.state == FAILED).values(
+            state=PENDING, failed_task=None, message=None,
+            updated_at=models.utcnow()))
+    _bump(connection, {r.hostname for r in rows})
+    return [Change(device_uuid=r.uuid, hostname=r.hostname,
+                   policy_uuid=policy.uuid, policy_name=policy.name,
+                   old_state=FAILED, state=PENDING, wanted_settings=None)
+            for r in rows]
+
+
+def restored_policies(connection):
+    """The ids of deleted policies none of whose devices is still to be
+    restored."""
+    return list(connection.execute(
+        sa.select(_policies.c.id).where(
+            _policies.c.deleted_at.is_not(None),
+            ~sa.exists().where(status.c.policy_id == _policies.c.id))
+    ).scalars())
+
+
+def forget_restored(connection, policy_id):
+    """Delete the row of policy ``policy_id`` if it is deleted and none
+    of its devices is still to be restored; whether it was."""
+    return connection.execute(sa.delete(_policies).where(
+        _policies.c.id == policy_id, _policies.c.deleted_at.is_not(None),
+        ~sa.exists().where(status.c.policy_id == policy_id))).rowcount == 1
+
+
+def _wanted_column():
+    """The wanted settings as shown: null while the device is restored."""
+    return sa.case((_policies.c.deleted_at.is_(None),
+                    status.c.wanted_settings),
+                   else_=sa.null()).label('wanted_settings')
+
+
 def list_status(connection, policy_id):
-    """The status rows of the devices ``policy_id`` wins, with each
-    device's uuid and host, by host and device."""
+    """The status rows of the devices ``policy_id`` wins (or restores,
+    with a null ``wanted_settings``), with each device's uuid and host,
+    by host and device."""
     return connection.execute(
-        sa.select(status, _devices.c.uuid.label('device_uuid'),
+        sa.select(*[c for c in status.c if c.name != 'wanted_settings'],
+                  _wanted_column(), _devices.c.uuid.label('device_uuid'),
                   _devices.c.hostname)
         .join(_devices, _devices.c.id == status.c.device_id)
+        .join(_policies, _policies.c.id == status.c.policy_id)
         .where(status.c.policy_id == policy_id)
         .order_by(_devices.c.hostname, _devices.c.uuid)).all()
 
@@ -238,7 +331,7 @@ class DeviceStatus:
     policy_uuid: str
     policy_name: str
     state: str
-    wanted_settings: dict
+    wanted_settings: dict | None  # None: being put back as discovered
     applied_settings: dict | None
     failed_task: str | None
     message: str | None
@@ -259,7 +352,7 @@ def list_devices(connection, hostname=None, state=None, policy_id=None):
     rows = connection.execute(
         sa.select(status.c.device_id, _devices.c.hostname, _devices.c.uuid,
                   _policies.c.uuid, _policies.c.name, status.c.state,
-                  status.c.wanted_settings, status.c.applied_settings,
+                  _wanted_column(), status.c.applied_settings,
                   status.c.failed_task, status.c.message,
                   status.c.created_at, status.c.updated_at)
         .join(_devices, _devices.c.id == status.c.device_id)
@@ -304,8 +397,9 @@ class Work:
     policy_uuid: str
     policy_name: str
     kind: str
-    wanted_settings: dict
+    wanted_settings: dict  # as stored, which ``move`` compares
     applied_settings: dict | None
+    restoring: bool = False  # the policy is deleted: put back as found
 
 
 def work_of_hosts(connection, hostnames, states):
@@ -318,7 +412,8 @@ def work_of_hosts(connection, hostnames, states):
                   _devices.c.uuid, _devices.c.hostname,
                   _controlpaths.c.cpid_info, status.c.policy_id,
                   _policies.c.uuid, _policies.c.name, _policies.c.kind,
-                  status.c.wanted_settings, status.c.applied_settings)
+                  status.c.wanted_settings, status.c.applied_settings,
+                  _policies.c.deleted_at.is_not(None))
         .join(_devices, _devices.c.id == status.c.device_id)
         .join(_policies, _policies.c.id == status.c.policy_id)
         .outerjoin(_controlpaths, sa.and_(
@@ -398,6 +493,22 @@ def move(connection, work, from_state, to_state, **values):
         return False
     if (from_state in HELD) != (to_state in HELD):
         host_sync_states.bump_desired(connection, work.hostname)
+    return True
+
+
+def finish_restore(connection, work):
+    """Delete the row of ``work``, restored, if it is still applying the
+    restore (compare-and-set), and its policy's row with its last one;
+    whether it was deleted."""
+    gone = connection.execute(
+        sa.delete(status).where(
+            status.c.id == work.id, status.c.state == APPLYING,
+            status.c.policy_id == work.policy_id,
+            status.c.wanted_settings == work.wanted_settings))
+    if gone.rowcount != 1:
+        return False
+    host_sync_states.bump_desired(connection, work.hostname)
+    forget_restored(connection, work.policy_id)
     return True
 
 

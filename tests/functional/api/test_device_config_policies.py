@@ -404,6 +404,71 @@ def test_the_higher_priority_wins_and_the_lower_takes_over(api, devices,
     api.get('%s/%s' % (POLICIES, high['uuid']), headers=ADMIN, status=404)
 
 
+def test_a_restoring_delete_keeps_the_devices_to_put_back(api, db, devices,
+                                                          notifier):
+    """nic-1 and nic-2 applied; a lower policy selects nic-2 too: nic-1
+    is to be restored, nic-2 goes to the lower policy as without
+    restore; the vGPU card, pending, had nothing applied to undo."""
+    made = api.post_json(POLICIES, policy(
+        'restoring', priority=2, devices={'vendor_id': '8086'},
+        restore_on_delete=True), headers=ADMIN).json
+    low = api.post_json(POLICIES, policy(
+        'low', priority=1, hosts=['compute-2']), headers=ADMIN).json
+    with db.engine.begin() as connection:
+        connection.execute(sa.update(models.DeviceConfigStatus).values(
+            state='applied', applied_settings={'num_vfs': 8}))
+    item = '%s/%s' % (POLICIES, made['uuid'])
+
+    notifier.sent.clear()
+    api.delete(item, headers=ADMIN, status=202)
+
+    [deleted] = notifier.of(emit.CONFIG_POLICY_DELETE)
+    assert (deleted['uuid'], deleted['restore_on_delete']) == (
+        made['uuid'], True)
+    assert sorted((c['device_uuid'], c['policy_name'], c['old_state'],
+                   c['state'], c['wanted_settings'])
+                  for c in notifier.of(emit.CONFIG_STATUS_CHANGE)) == sorted([
+        (devices['nic-1'], 'restoring', 'applied', 'pending', None),
+        (devices['nic-2'], 'restoring', 'applied', None, {'num_vfs': 8}),
+        (devices['nic-2'], 'low', None, 'pending', {'num_vfs': 8})])
+    # Neither listed nor read; its status shows what is put back.
+    assert [p['name'] for p in api.get(POLICIES, headers=ADMIN).json[
+        'device_config_policies']] == ['low']
+    api.get(item, headers=ADMIN, status=404)
+    api.patch_json(item, {'priority': 3}, headers=ADMIN, status=404)
+    [row] = status_of(api, made['uuid']).values()
+    assert (row['device_uuid'], row['state'], row['wanted_settings'],
+            row['applied_settings']) == (devices['nic-1'], 'pending', None,
+                                         {'num_vfs': 8})
+    assert set(status_of(api, low['uuid'])) == {devices['nic-2']}
+    # Its name stays taken until it is gone.
+    answer = api.post_json(POLICIES, policy('restoring', priority=9),
+                           headers=ADMIN, status=409)
+    assert 'being put back as discovered' in answer.json['message']
+
+    # Deleted again: its failed restores are tried again.
+    with db.engine.begin() as connection:
+        # nic-1's: the row low made for nic-2 has nothing applied.
+        connection.execute(sa.update(models.DeviceConfigStatus).where(
+            models.DeviceConfigStatus.applied_settings.is_not(None))
+            .values(state='failed', failed_task='Remove the VFs'))
+    notifier.sent.clear()
+    api.delete(item, headers=ADMIN, status=202)
+    assert [(c['device_uuid'], c['old_state'], c['state'])
+            for c in notifier.of(emit.CONFIG_STATUS_CHANGE)] == [
+        (devices['nic-1'], 'failed', 'pending')]
+    assert stored(db) == (2, 2)
+
+
+def test_a_restoring_delete_with_nothing_applied_is_done_at_once(
+        api, db, devices):
+    made = api.post_json(POLICIES, policy(restore_on_delete=True),
+                         headers=ADMIN).json
+    api.delete('%s/%s' % (POLICIES, made['uuid']), headers=ADMIN,
+               status=204)
+    assert stored(db) == (0, 0)
+
+
 # --- changes -----------------------------------------------------------------
 
 def test_patch_moves_the_status_with_the_policy(api, db, devices, notifier):

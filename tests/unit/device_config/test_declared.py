@@ -158,3 +158,31 @@ def test_a_vf_count_takes_the_pair_of_the_pf_driver(kernel_driver, pair,
 def test_only_a_vf_count_depends_on_the_driver():
     assert device_config.pair_for(kinds.DRIVER_BINDING, 'c6xx') is \
         device_config.PAIRS[kinds.DRIVER_BINDING]
+
+
+@pytest.mark.parametrize('kind, applied', [
+    (kinds.SRIOV_VFS, {'num_vfs': 8}),
+    (kinds.DRIVER_BINDING, {'driver': 'vfio-pci'}),
+    (kinds.MIG_LAYOUT, {'mig_enabled': True, 'mig_devices': {'1g.10gb': 7}}),
+])
+def test_putting_a_device_back_as_discovered_runs_the_teardown_alone(
+        kind, applied):
+    runs = device_config.runs(kind, '0000:3d:00.0', applied, None)
+
+    [(pair, action, variables)] = runs
+    assert action == 'teardown'
+    declaration = declared.load(os.path.join(playbook.SHIPPED, pair,
+                                             'variables.yml'))
+    assert declared.check_values(declaration, variables) == variables
+
+
+def test_an_fpga_base_image_has_nothing_to_undo():
+    def nothing_may_run(*args):
+        raise AssertionError('ran %s' % (args,))
+
+    result = device_config.apply(
+        kinds.FPGA_BASE_IMAGE, '0000:3d:00.0', {'bitstream_uuid': 'x'},
+        None, nothing_may_run, load_bitstream=nothing_may_run)
+
+    assert (result['state'], result['changed']) == ('applied', [])
+    assert result['message'] == 'An FPGA base image has nothing to undo.'

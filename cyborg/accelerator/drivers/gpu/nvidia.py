@@ -38,7 +38,9 @@ virtual functions are not GPUs.
   still create (its remaining capacity knows the placements), and one
   ``MIG`` attach handle per instance it can hold at once (a slot each).
   A device profile asks for a profile by its slices and requires its
-  trait.
+  trait. The instance is made at bind, by the agent's privileged helper
+  (``cyborg.privsep.mig``), at the start the bind's placement rule
+  chooses (``mig_fit``), and destroyed at unbind.
 
 Traits: ``CUSTOM_GPU_NVIDIA``, ``CUSTOM_GPU_PRODUCT_ID_<id>`` and, on VGPU
 deployables, ``CUSTOM_VGPU_TYPE_<type>``.
@@ -51,17 +53,20 @@ on the host: the PCI level is all there is to judge.
 """
 
 import logging
+import re
 
 from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers import health
 from cyborg.accelerator.drivers import pci
 from cyborg.accelerator.drivers import traits
+from cyborg.accelerator.drivers.gpu import mig_fit
 from cyborg.accelerator.drivers.gpu import mig_nvml
 from cyborg.accelerator.drivers.gpu import nvml
 from cyborg.conf import gpu_devices
 from cyborg.device_config import mig
 from cyborg.objects import inventory
 from cyborg.privsep import mdev
+from cyborg.privsep import mig as privsep_mig
 
 LOG = logging.getLogger(__name__)
 
@@ -80,7 +85,22 @@ def _is_gpu(function):
             and not function.is_vf)
 
 
-def _mdev_parent(handle):
+# The fields of a MIG instance's identity that are numbers; a conductor
+# may keep them as decimal text, as attach handle info is.
+_MIG_NUMBERS = ('start', 'gi_id', 'ci_id')
+_DECIMAL = re.compile(r'0|[1-9][0-9]{0,8}', re.ASCII)
+
+
+def _whole(value):
+    """``value`` as an int where it is the decimal text of one; anything
+    else as it is, for the privileged helper to refuse."""
+    if isinstance(value, str) and _DECIMAL.fullmatch(value):
+        return int(value)
+    return value
+
+
+def _handle_address(handle):
+    """The PCI function an MDEV or MIG attach handle is on."""
     info = handle.attach_info
     return inventory.PCIAddress(info['domain'], info['bus'], info['device'],
                                 info['function'])
@@ -285,22 +305,71 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
                 'only the PCI level is judged' % (address, bound))], {}
         return self.nvml.observe(address)
 
-    def prepare_attach_handle(self, device, handle, uuid):
+    def prepare_attach_handle(self, device, handle, uuid, request=None):
+        if handle.attach_type == 'MIG':
+            return self._create_mig_instance(handle, uuid, request)
         if handle.attach_type != 'MDEV':
-            return
-        parent = _mdev_parent(handle)
+            return None
+        parent = _handle_address(handle)
         type_id = handle.attach_info['asked_type']
         with base.privileged('Cannot create mdev %s of type %s on %s'
                              % (uuid, type_id, parent)):
             mdev.create_mdev(str(parent), type_id, uuid)
+        return None
 
-    def release_attach_handle(self, device, handle, uuid):
+    def release_attach_handle(self, device, handle, uuid, details=None):
+        if handle.attach_type == 'MIG':
+            return self._destroy_mig_instance(handle, uuid, details)
         if handle.attach_type != 'MDEV':
-            return
-        parent = _mdev_parent(handle)
+            return None
+        parent = _handle_address(handle)
         type_id = handle.attach_info['asked_type']
         # Parent and type too: an mdev of this UUID made for another
         # handle is refused, not removed.
         with base.privileged('Cannot remove mdev %s of type %s on %s'
                              % (uuid, type_id, parent)):
             mdev.remove_mdev(uuid, str(parent), type_id)
+        return None
+
+    # MIG instances on demand: made by the agent's privileged helper,
+    # which chooses the start and serialises the binds of one card.
+
+    def _create_mig_instance(self, handle, uuid, request):
+        """The instance made for the bind ``request`` asks: {'mig_profile',
+        'start', 'gi_id', 'ci_id', 'mig_uuid', 'creatable'}."""
+        gpu = _handle_address(handle)
+        if not isinstance(request, dict) or not request.get('mig_profile'):
+            raise base.DriverError(
+                'Cannot create a MIG instance on the GPU at %s for %s: the '
+                'bind names no MIG profile (request %r)' % (gpu, uuid,
+                                                            request))
+        profile = request['mig_profile']
+        rule = request.get('placement_rule') or mig_fit.RULES[0]
+        with base.privileged('Cannot create a MIG instance of %s on the GPU '
+                             'at %s for %s' % (profile, gpu, uuid)):
+            made = privsep_mig.create_mig_instance(str(gpu), profile, rule)
+        LOG.info('MIG instance %s at start %s (GPU instance %s, compute '
+                 'instance %s, %s) made on the GPU at %s for %s by rule %s',
+                 made['mig_profile'], made['start'], made['gi_id'],
+                 made['ci_id'], made['mig_uuid'], gpu, uuid, rule)
+        return made
+
+    def _destroy_mig_instance(self, handle, uuid, details):
+        """Destroy the instance a prepare made (``details``, its answer):
+        {'creatable'}."""
+        gpu = _handle_address(handle)
+        if not isinstance(details, dict):
+            raise base.DriverError(
+                'Cannot destroy the MIG instance of %s on the GPU at %s: the '
+                'release names none (details %r)' % (uuid, gpu, details))
+        identity = {name: _whole(details.get(name))
+                    if name in _MIG_NUMBERS else details.get(name)
+                    for name in privsep_mig.IDENTITY}
+        with base.privileged('Cannot destroy MIG instance %s of %s on the '
+                             'GPU at %s' % (identity.get('mig_uuid'), uuid,
+                                            gpu)):
+            done = privsep_mig.destroy_mig_instance(str(gpu), identity)
+        if not done['destroyed']:
+            LOG.info('MIG instance %s of %s on the GPU at %s was gone '
+                     'already', identity['mig_uuid'], uuid, gpu)
+        return {'creatable': done['creatable']}

@@ -43,7 +43,10 @@ def _view(arq, base_url):
         'project_id': arq['project_id'],
         'attach_handle_type': arq['attach_handle_type'] or '',
         'attach_handle_uuid': arq['attach_handle_uuid'],
-        'attach_handle_info': arq['attach_handle_info'] or {},
+        # A MIG instance made at bind adds its identity (MIG UUID, GPU
+        # and compute instance ids) to its slot's.
+        'attach_handle_info': dict(arq['attach_handle_info'] or {},
+                                   **(arq.get('attach_details') or {})),
         'created_at': views.timestamp(arq['created_at']),
         'updated_at': views.timestamp(arq['updated_at']),
         'links': views.self_link(base_url, 'accelerator_requests',

@@ -7,6 +7,11 @@ the form of the body, the settings of the policy's kind, the settings
 against what the selected devices report, and that no other policy of
 the same priority selects one of them. Each write notifies the policy's
 change and each status row's.
+
+A policy deleted with ``restore_on_delete`` while some of its devices are
+still to be put back as discovered answers 202: it is neither listed nor
+read any more, its status shows those devices until they are done, and
+deleting it again retries those whose restore failed.
 """
 
 import uuid as uuidlib
@@ -228,7 +233,8 @@ class DeviceConfigPoliciesController(resource.ResourceController):
     def delete(self, key='', **params):
         request = pecan.request
         request.authorize(RULE + 'delete')
-        policy, changes = db.delete_policy(request.context,
-                                           _checked_uuid(key))
+        policy, changes, restoring = db.delete_policy(request.context,
+                                                      _checked_uuid(key))
         _notify(request, emit.CONFIG_POLICY_DELETE, policy, changes)
-        pecan.response.status = 204
+        # 202: gone once the devices it restores are put back.
+        pecan.response.status = 202 if restoring else 204

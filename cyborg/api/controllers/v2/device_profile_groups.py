@@ -15,6 +15,7 @@ from cyborg import exception
 from cyborg.api import request_body
 from cyborg.api import uuids
 from cyborg.db.api import arqs as arqs_db
+from cyborg.objects import inventory
 
 RESOURCES = 'resources:'
 TRAIT = 'trait:'
@@ -156,8 +157,7 @@ def check_groups(groups):
         raise _invalid('groups is empty; a device profile needs at least one '
                        'group.')
     checked = [_group(i, g) for i, g in enumerate(groups)]
-    units = sum(int(value) for group in checked
-                for key, value in group.items() if key.startswith(RESOURCES))
+    units = sum(inventory.accelerators_asked(group) for group in checked)
     if units > MAX_UNITS:
         raise _invalid('The groups ask for %d accelerators in all; a device '
                        'profile may ask for at most %d, as a request makes '

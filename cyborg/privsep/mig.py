@@ -1,0 +1,193 @@
+"""Creating and destroying the MIG instances of binds, through NVML.
+
+A GPU listed in ``[gpu_devices] mig_on_demand_addresses`` gets a MIG
+instance when an ARQ is bound to it and loses it at unbind. NVML lets
+only root create and destroy instances, so the agent asks this daemon.
+
+The daemon chooses the start itself (``mig_fit.choose_start`` on the
+card's MIG table, never NVML's implicit placement) and holds the card's
+lock from reading its instances to creating the new one: two binds on one
+card never choose the same start. Destroying takes the same lock.
+
+Every argument is checked first: the GPU's address, which must be listed
+in the daemon's own ``[gpu_devices] mig_on_demand_addresses`` and have a
+MIG table Cyborg knows (its PCI ids read from the daemon's ``[pci]
+sysfs_root``); a profile of that table; a placement rule of
+``mig_fit.RULES``; and every field of an instance's identity.
+"""
+
+import os
+import re
+import threading
+
+from cyborg.accelerator.drivers.gpu import mig_fit
+from cyborg.accelerator.drivers.gpu import mig_nvml
+from cyborg.device_config import mig
+from cyborg.objects import inventory
+from cyborg.privsep import agent_pctxt
+from cyborg.privsep import checks
+
+# What NVML names a MIG device: the current form, and the one of drivers
+# before R470.
+_MIG_UUID = re.compile(
+    r'MIG-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}'
+    r'|GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}'
+    r'/[0-9]{1,3}/[0-9]{1,3})', re.ASCII)
+# The fields of an instance's identity, as create_mig_instance answers.
+IDENTITY = ('mig_profile', 'start', 'gi_id', 'ci_id', 'mig_uuid')
+
+_cards_lock = threading.Lock()
+_cards = {}  # address -> (MIGCard, its lock)
+
+
+def _card(address):
+    with _cards_lock:
+        found = _cards.get(address)
+        if found is None:
+            found = _cards[address] = (mig_nvml.MIGCard(address),
+                                       threading.Lock())
+        return found
+
+
+def _table(address):
+    """The MIG table of the on-demand GPU at ``address``."""
+    listed = {str(inventory.PCIAddress.parse(text)) for text in
+              checks.daemon_conf().gpu_devices.mig_on_demand_addresses}
+    if address not in listed:
+        raise checks.InvalidArgument(
+            'the GPU at %s is not listed in [gpu_devices] '
+            'mig_on_demand_addresses' % address)
+    root = checks.sysfs_root()
+    what = 'the GPU at %s' % address
+    device = checks.resolve(
+        root, os.path.join(root, 'sys/bus/pci/devices', address), what)
+    ids = []
+    for name in ('vendor', 'device'):
+        try:
+            with open(os.path.join(device, name)) as f:
+                ids.append(f.read().strip().lower().removeprefix('0x'))
+        except OSError as exc:
+            raise checks.InvalidArgument('%s: no PCI %s id (%s)'
+                                         % (what, name, exc.strerror))
+    table = mig.card_of(*ids)
+    if table is None:
+        raise checks.InvalidArgument('%s (%s:%s) has no MIG table'
+                                     % (what, *ids))
+    return table
+
+
+def _profile(table, name):
+    checks.mig_profile_name(name)
+    profile = table.profile(name)
+    if profile is None:
+        raise checks.InvalidArgument(
+            'the %s has no MIG profile %s (it has %s)' % (
+                table.name, name, ', '.join(p.name for p in table.profiles)))
+    return profile
+
+
+def _identity(address, table, identity):
+    """The MIGInstance ``identity`` names, every field checked."""
+    if not isinstance(identity, dict) or set(identity) != set(IDENTITY):
+        raise checks.InvalidArgument(
+            'a MIG instance is identified by exactly %s, not %r'
+            % (', '.join(IDENTITY), identity))
+    profile = _profile(table, identity['mig_profile'])
+    start = checks.count(identity['start'], 'start')
+    if start not in profile.starts:
+        raise checks.InvalidArgument('%s cannot start at slice %d'
+                                     % (profile.name, start))
+    mig_uuid = identity['mig_uuid']
+    if not isinstance(mig_uuid, str) or not _MIG_UUID.fullmatch(mig_uuid):
+        raise checks.InvalidArgument('%r is not a MIG device UUID'
+                                     % (mig_uuid,))
+    return mig_nvml.MIGInstance(
+        address, profile.name, checks.count(identity['gi_id'], 'gi_id'),
+        checks.count(identity['ci_id'], 'ci_id'), start, mig_uuid)
+
+
+def _creatable(card):
+    """The profiles NVML can still create on ``card``."""
+    return sorted(name for name, left in card.remaining().items() if left)
+
+
+def _holding(occupied):
+    if not occupied:
+        return 'it holds no MIG instance'
+    return 'it holds %s' % ', '.join('%s at %d' % held
+                                     for held in sorted(occupied,
+                                                        key=lambda h: h[1]))
+
+
+def _no_start(address, table, occupied, profile):
+    """The refusal of ``profile`` when no start of it is free."""
+    compute, memory, media = mig_fit.counters(table, occupied)
+    held = sum(1 for name, _ in occupied if name == profile.name)
+    if (compute >= profile.compute_slices
+            and memory >= profile.memory_slices
+            and (media or not profile.media_engine)
+            and held < profile.max_instances):
+        return mig_nvml.MIGRefused(
+            'The GPU at %s is too fragmented for %s now: %s; its %d free '
+            'compute and %d free memory slices lie at no start %s can take '
+            '(%s).' % (address, profile.name, _holding(occupied), compute,
+                       memory, profile.name,
+                       ', '.join(str(s) for s in profile.starts)))
+    return mig_nvml.MIGRefused(
+        'The GPU at %s has no room for %s now: %s, leaving %d compute and '
+        '%d memory slices%s.' % (
+            address, profile.name, _holding(occupied), compute, memory,
+            '' if media else ' and no media engine'))
+
+
+@agent_pctxt.entrypoint
+def create_mig_instance(address, profile_name, rule):
+    """Create a MIG instance of ``profile_name`` on the GPU at ``address``
+    at the start ``rule`` chooses: ``{'mig_profile', 'start', 'gi_id',
+    'ci_id', 'mig_uuid', 'creatable'}``, ``creatable`` the profiles NVML
+    can still create after it. MIGRefused when no start is free."""
+    checks.pci_address(address)
+    checks.one_of(rule, mig_fit.RULES, 'MIG placement rule')
+    table = _table(address)
+    profile = _profile(table, profile_name)
+    card, lock = _card(address)
+    with lock:
+        # A GI is listed once per CI: its (profile, start) once.
+        occupied = list({i.gi_id: (i.profile, i.start)
+                         for i in card.instances()}.values())
+        try:
+            start = mig_fit.choose_start(table, occupied, profile.name, rule)
+        except ValueError as exc:
+            raise mig_nvml.MIGError(
+                'The GPU at %s holds MIG instances its %s table cannot '
+                'place (%s): nothing created.' % (address, table.name, exc))
+        if start is None:
+            raise _no_start(address, table, occupied, profile)
+        try:
+            made = card.create(profile.name, start)
+        except mig_nvml.MIGRefused as exc:
+            # NVML knows of instances made since they were read (by an
+            # operator): what it holds is in its text.
+            raise mig_nvml.MIGRefused('The GPU at %s is too fragmented for '
+                                      '%s now: %s' % (address, profile.name,
+                                                      exc.message)) from exc
+        creatable = _creatable(card)
+    return {'mig_profile': made.profile, 'start': made.start,
+            'gi_id': made.gi_id, 'ci_id': made.ci_id,
+            'mig_uuid': made.mig_uuid, 'creatable': creatable}
+
+
+@agent_pctxt.entrypoint
+def destroy_mig_instance(address, identity):
+    """Destroy the MIG instance ``identity`` (as create_mig_instance
+    answered, without ``creatable``) on the GPU at ``address``:
+    ``{'destroyed', 'creatable'}``; ``destroyed`` False when it was gone
+    already. MIGInUse or MIGIdentityMismatch destroy nothing."""
+    checks.pci_address(address)
+    table = _table(address)
+    instance = _identity(address, table, identity)
+    card, lock = _card(address)
+    with lock:
+        destroyed = card.destroy(instance)
+        creatable = _creatable(card)
+    return {'destroyed': destroyed, 'creatable': creatable}
