@@ -20,6 +20,11 @@ inventory at once rather than at the next interval: the loaded
 function's trait reaches the database and Placement the way every other
 trait does.
 
+Before its first report, the agent of a host with GPUs of MIG instances
+on demand puts back the instances of that host's binds, which a reboot
+lost, and destroys those no bind owns (``mig_restore.py``); a conductor
+that does not answer leaves that to the next report.
+
 The agent runs as an unprivileged user: what a driver does as root
 (writing an mdev's sysfs files, running an FPGA tool) it asks of the
 agent's privsep daemon (``cyborg.privsep``), which checks every argument
@@ -62,6 +67,7 @@ from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers import loader
 from cyborg.accelerator.drivers import pci
 from cyborg.agent import device_config
+from cyborg.agent import mig_restore
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.clients import placement as placement_client
 from cyborg.conductor import placement_sync
@@ -135,6 +141,11 @@ def _kernel_driver(driver, address):
     as ``driver``'s reader finds it; None if none does, or it is gone."""
     function = driver.pci.function(address)
     return function.kernel_driver if function is not None else None
+
+
+def _pci_address(info):
+    return inventory.PCIAddress(info['domain'], info['bus'], info['device'],
+                                info['function'])
 
 
 def _uuid_hex(value):
@@ -211,6 +222,12 @@ class AgentManager:
         # answer named them ({address: [{instance_uuid, project_id}]}),
         # for the metrics endpoint's labels.
         self.bindings = {}
+        # The MIG instances of binds, put back before the first report.
+        self.mig_restore = mig_restore.MIGRestore(
+            conf.host, drivers, conductor, self._context,
+            lambda driver_name, gpu: self._lock_of(
+                (driver_name, mig_restore.MIG, str(gpu))),
+            timeout=conf.agent.report_timeout)
 
     # -- RPC endpoint -------------------------------------------------
 
@@ -237,6 +254,10 @@ class AgentManager:
         with self._handle_lock(driver_name, handle):
             made = driver.prepare_attach_handle(device, handle, uuid,
                                                 **extra)
+            if made and handle.attach_type == mig_restore.MIG:
+                # Not an orphan for a restore that runs after this bind.
+                self.mig_restore.made(driver_name, _pci_address(
+                    handle.attach_info), made)
         LOG.info('Prepared %s attach handle %s (%s) of %s for ARQ %s%s',
                  handle.attach_type, uuid, _address_text(handle.attach_info),
                  driver_name, arq_uuid, ': %s' % made if made else '')
@@ -462,8 +483,10 @@ class AgentManager:
         release of one bind never interleaves with the next bind's
         prepare of the same handle. The handles of one function share
         it (the MIG slots of one GPU)."""
-        key = (driver_name, handle.attach_type,
-               _address_text(handle.attach_info))
+        return self._lock_of((driver_name, handle.attach_type,
+                              _address_text(handle.attach_info)))
+
+    def _lock_of(self, key):
         with self._program_locks_lock:
             return self._handle_locks.setdefault(key, threading.Lock())
 
@@ -565,6 +588,8 @@ class AgentManager:
             return self._report_inventory()
 
     def _report_inventory(self):
+        if self.mig_restore.pending:
+            self._restore_mig_instances()
         try:
             snapshot = self.discover()
         except DiscoveryFailed as exc:
@@ -607,6 +632,16 @@ class AgentManager:
         self._last_failed = False
         self.last_report = result
         return result
+
+    def _restore_mig_instances(self):
+        """Before a report, while not done: the MIG instances of this
+        host's binds put back after its restart (``mig_restore``), so
+        that the report shows the GPUs as their binds left them."""
+        try:
+            service.check_message_bus(self.conf)
+        except ConnectionError:
+            return  # the report says so
+        self.mig_restore.run(server=self.owner)
 
     def _send_report(self, snapshot, names):
         """The owner's answer, or any conductor's if the owner is not

@@ -39,6 +39,7 @@ from cyborg.conductor import device_config
 from cyborg.conductor import health as health_module
 from cyborg.conductor import host_sync
 from cyborg.conductor import membership as membership_mod
+from cyborg.conductor import mig as mig_module
 from cyborg.conductor import recovery
 from cyborg.conductor import rpcapi
 from cyborg.db import session
@@ -269,6 +270,61 @@ class ConductorManager:
                                       % deployable_uuid)
         return self.binder.program_deployable(context, deployable_uuid,
                                               image_uuid)
+
+    # -- MIG instances after a host restart (1.5) -----------------------
+
+    @messaging.expected_exceptions(*DATABASE_DOWN)
+    @rpc.ignores_unknown_args
+    def mig_instances_of_host(self, context, host):
+        # Read only: any conductor answers, the owner or not.
+        with _database_outage('listing the MIG instances of host %s'
+                              % host):
+            rows = arqs_db.mig_instances_of_host(context, host)
+        return [rpcapi.MIG_HELD.dump({
+            'arq_uuid': row['uuid'], 'state': row['state'],
+            'driver_name': row['driver_name'],
+            'attach_handle': {'uuid': row['handle_uuid'],
+                              'attach_type': row['attach_type'],
+                              'attach_info': row['attach_info']},
+            'attach_details': row['attach_details']}) for row in rows]
+
+    @messaging.expected_exceptions(exception.Invalid, *DATABASE_DOWN)
+    @rpc.ignores_unknown_args
+    def record_mig_instance(self, context, arq_uuid, handle_uuid,
+                            old_details, new_details):
+        # A compare-and-set on the ARQ: any conductor may do it.
+        old, new = _remade(old_details, new_details)
+        with _database_outage('recording the MIG instance of ARQ %s'
+                              % arq_uuid):
+            kept = arqs_db.replace_attach_details(context, arq_uuid,
+                                                  handle_uuid, old, new)
+        if kept:
+            LOG.info('ARQ %s: its MIG instance %s at start %s was made '
+                     'again after its host restarted, now %s (was %s)',
+                     arq_uuid, new['mig_profile'], new['start'],
+                     new['mig_uuid'], old['mig_uuid'])
+        else:
+            LOG.info('ARQ %s is no longer Bound with MIG instance %s; the '
+                     'instance made again for it is not kept', arq_uuid,
+                     old['mig_uuid'])
+        return kept
+
+
+def _remade(old_details, new_details):
+    """(old, new) details of a MIG instance made again: both complete,
+    the new one at the old one's profile and start."""
+    try:
+        old = mig_module.kept_details(old_details)
+        new = mig_module.kept_details(new_details)
+    except ValueError as exc:
+        raise exception.Invalid(str(exc))
+    if (old['mig_profile'], old['start']) != (new['mig_profile'],
+                                              new['start']):
+        raise exception.Invalid(
+            'A MIG instance is made again at its own profile and start: '
+            '%s at %s, not %s at %s.' % (old['mig_profile'], old['start'],
+                                         new['mig_profile'], new['start']))
+    return old, new
 
 
 def _arq_hosts(context, arq_uuids):

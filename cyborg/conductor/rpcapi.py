@@ -9,6 +9,8 @@ Version history (bump the minor for additions, keep old calls working):
       answers conductor and owner; casts and calls may name a conductor
       (a heartbeat one conductor passes to the host's owner carries
       forwarded=True, which a conductor of 1.4 ignores)
+  1.5 mig_instances_of_host, record_mig_instance: an agent puts back
+      the MIG instances of its binds after its host restarted
 
 Rolling upgrades: ``[upgrade_levels] conductor`` caps what this client
 sends. A method names the version it needs in ``_prepare``, which
@@ -25,13 +27,18 @@ summaries returned are ``SUMMARY`` payloads.
 from cyborg import rpc
 from cyborg.objects import payload
 
-VERSION = '1.4'
+VERSION = '1.5'
 
 # What report_host_inventory and set_device_status answer: a dict of
 # facts for logs. 1.1: the report's answer has ``bindings``, {device
 # address: [{instance_uuid, project_id}]}, which the agent labels its
 # metrics with; the rest is read by nobody field by field.
 SUMMARY = payload.Kind('conductor summary', '1.1')
+# An ARQ that owns a MIG instance on a host: what its bind made
+# (``attach_details``) and the handle it was made for.
+MIG_HELD = payload.Kind('MIG instance held', '1.0',
+                        required=('arq_uuid', 'state', 'driver_name',
+                                  'attach_handle', 'attach_details'))
 
 
 class ConductorAPI:
@@ -148,6 +155,33 @@ class ConductorAPI:
                                         server=server)).call(
             context, 'program_deployable', deployable_uuid=deployable_uuid,
             image_uuid=image_uuid)
+
+    def mig_instances_of_host(self, context, host, timeout=None,
+                              server=None):
+        """The ARQs that own a MIG instance on ``host`` (1.5): a list of
+        ``MIG_HELD`` fields, ``{arq_uuid, state, driver_name,
+        attach_handle: {uuid, attach_type, attach_info}, attach_details}``.
+        Under a cap below 1.5 raises ``rpc.VersionCapped``."""
+        answer = self._prepare('mig_instances_of_host', '1.5',
+                               **_options(timeout=timeout,
+                                          server=server)).call(
+            context, 'mig_instances_of_host', host=host)
+        return [MIG_HELD.load(held) for held in answer or ()]
+
+    def record_mig_instance(self, context, arq_uuid, handle_uuid,
+                            old_details, new_details, timeout=None,
+                            server=None):
+        """The MIG instance of Bound ARQ ``arq_uuid`` was made again
+        (1.5): keep ``new_details`` instead of ``old_details`` if the ARQ
+        still holds handle ``handle_uuid`` and ``old_details``. True if
+        kept; False if the ARQ was unbound or changed meanwhile (the
+        caller destroys the instance again)."""
+        return bool(self._prepare('record_mig_instance', '1.5',
+                                  **_options(timeout=timeout,
+                                             server=server)).call(
+            context, 'record_mig_instance', arq_uuid=arq_uuid,
+            handle_uuid=handle_uuid, old_details=old_details,
+            new_details=new_details))
 
 
 def _options(**options):

@@ -16,7 +16,10 @@ anything:
 - ``mig.create_mig_instance`` / ``mig.destroy_mig_instance``: create
   the MIG instance of a bind through NVML at the start the daemon
   chooses, and destroy exactly that instance at unbind, on a GPU listed
-  in the daemon's own ``[gpu_devices] mig_on_demand_addresses``. NVML
+  in the daemon's own ``[gpu_devices] mig_on_demand_addresses``;
+  ``mig.restore_mig_instances``: once the host restarted, make the
+  instances of binds again at their recorded starts and destroy those
+  no bind owns, on such a GPU alone. NVML
   lets uid 0 manage MIG instances: the daemon's uid, with no further
   capability.
 

@@ -7,7 +7,9 @@ only root create and destroy instances, so the agent asks this daemon.
 The daemon chooses the start itself (``mig_fit.choose_start`` on the
 card's MIG table, never NVML's implicit placement) and holds the card's
 lock from reading its instances to creating the new one: two binds on one
-card never choose the same start. Destroying takes the same lock.
+card never choose the same start. Destroying takes the same lock, as does
+putting a card back after its host restarted (``restore_mig_instances``:
+the instances of binds made again at their starts, the others destroyed).
 
 Every argument is checked first: the GPU's address, which must be listed
 in the daemon's own ``[gpu_devices] mig_on_demand_addresses`` and have a
@@ -16,6 +18,7 @@ sysfs_root``); a profile of that table; a placement rule of
 ``mig_fit.RULES``; and every field of an instance's identity.
 """
 
+import logging
 import os
 import re
 import threading
@@ -26,6 +29,8 @@ from cyborg.device_config import mig
 from cyborg.objects import inventory
 from cyborg.privsep import agent_pctxt
 from cyborg.privsep import checks
+
+LOG = logging.getLogger(__name__)
 
 # What NVML names a MIG device: the current form, and the one of drivers
 # before R470.
@@ -191,3 +196,79 @@ def destroy_mig_instance(address, identity):
         destroyed = card.destroy(instance)
         creatable = _creatable(card)
     return {'destroyed': destroyed, 'creatable': creatable}
+
+
+# Instances one restore may name: more than any card Cyborg knows holds.
+MAX_RESTORED = 64
+
+
+def _identities(address, table, identities, what):
+    if not isinstance(identities, list) or len(identities) > MAX_RESTORED:
+        raise checks.InvalidArgument(
+            '%s MIG instances are a list of at most %d, not %r'
+            % (what, MAX_RESTORED, identities))
+    return [_identity(address, table, identity) for identity in identities]
+
+
+def _named(instance):
+    return {'mig_profile': instance.profile, 'start': instance.start,
+            'gi_id': instance.gi_id, 'ci_id': instance.ci_id,
+            'mig_uuid': instance.mig_uuid}
+
+
+@agent_pctxt.entrypoint
+def restore_mig_instances(address, wanted, spared):
+    """Put the on-demand GPU at ``address`` back as its binds left it,
+    once its host restarted: every instance of ``wanted`` (identities as
+    create_mig_instance answered) exists, each one missing created again
+    at its own profile and start; ``spared`` ones are left where they
+    are but not made again; every other instance is destroyed.
+
+    Answers ``{'kept', 'made', 'failed', 'destroyed', 'not_destroyed',
+    'creatable'}``: ``kept`` the wanted identities found as they were,
+    ``made`` ``{'was', 'now'}`` per instance created again (new GI and CI
+    ids, new MIG UUID), ``failed`` ``{'identity', 'reason'}`` per wanted
+    instance that could not be made again, ``destroyed`` the instances
+    no bind owned, ``not_destroyed`` ``{'identity', 'reason'}`` of those
+    NVML kept (in use)."""
+    checks.pci_address(address)
+    table = _table(address)
+    wanted = _identities(address, table, wanted, 'wanted')
+    spared = _identities(address, table, spared, 'spared')
+    card, lock = _card(address)
+    answer = {'kept': [], 'made': [], 'failed': [], 'destroyed': [],
+              'not_destroyed': []}
+    with lock:
+        present = card.instances()
+        owned = set(wanted) | set(spared)
+        gpu_instances = {}
+        for instance in present:
+            gpu_instances.setdefault(instance.gi_id, []).append(instance)
+        # First what no bind owns: its room may be what a bind needs.
+        for members in gpu_instances.values():
+            if any(m in owned for m in members):
+                continue
+            orphan = members[0]
+            LOG.warning('Destroying MIG instance %s on the GPU at %s: no '
+                        'bound accelerator request owns it', orphan, address)
+            try:
+                card.destroy(orphan)
+                answer['destroyed'].append(_named(orphan))
+            except mig_nvml.MIGError as exc:
+                answer['not_destroyed'].append(
+                    {'identity': _named(orphan), 'reason': exc.message})
+        present = set(present)
+        for instance in wanted:
+            if instance in present:
+                answer['kept'].append(_named(instance))
+                continue
+            try:
+                made = card.create(instance.profile, instance.start)
+            except mig_nvml.MIGError as exc:
+                answer['failed'].append(
+                    {'identity': _named(instance), 'reason': exc.message})
+                continue
+            answer['made'].append({'was': _named(instance),
+                                   'now': _named(made)})
+        answer['creatable'] = _creatable(card)
+    return answer

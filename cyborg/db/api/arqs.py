@@ -712,6 +712,54 @@ def record_attach_details(context, arq_id, handle_id, details):
         return done.rowcount == 1
 
 
+def mig_instances_of_host(context, hostname):
+    """The ARQs that own a MIG instance on ``hostname`` (as its agent
+    names the host): those that kept what their bind made, in any state
+    (a release not done yet keeps it too), with their attach handle and
+    driver. One SELECT."""
+    stmt = (sa.select(ARQ.uuid, ARQ.state, ARQ.attach_details,
+                      Handle.uuid.label('handle_uuid'), Handle.attach_type,
+                      Handle.attach_info, Deployable.driver_name)
+            .select_from(ARQ)
+            .join(Handle, Handle.id == ARQ.attach_handle_id)
+            .join(Deployable, Deployable.id == Handle.deployable_id)
+            .join(Device, Device.id == Deployable.device_id)
+            .where(Device.hostname == hostname,
+                   Handle.attach_type == 'MIG',
+                   ARQ.attach_details.is_not(None))
+            .order_by(ARQ.id))
+    with context.db.read_connection(context) as connection:
+        return [dict(r._mapping) for r in connection.execute(stmt)]
+
+
+@_retry_on_deadlock
+def replace_attach_details(context, arq_uuid, handle_uuid, old, new):
+    """Keep ``new`` as what the host made for ARQ ``arq_uuid`` (its MIG
+    instance, made again after the host restarted) if the ARQ is still
+    Bound with the handle ``handle_uuid`` names and still keeps ``old``:
+    True; False if it was unbound, deleted or changed meanwhile."""
+    with context.db.writer(context) as session:
+        # The ARQ row locked: an unbind or delete waits, and then finds
+        # the new details to release.
+        arq = session.execute(
+            sa.select(ARQ.id, ARQ.attach_handle_id, ARQ.attach_details)
+            .where(ARQ.uuid == arq_uuid, ARQ.state == states.BOUND)
+            .with_for_update()).one_or_none()
+        if (arq is None or arq.attach_handle_id is None
+                or arq.attach_details != old):
+            return False
+        held = session.execute(sa.select(Handle.uuid).where(
+            Handle.id == arq.attach_handle_id)).scalar()
+        if held != handle_uuid:
+            return False
+        done = session.execute(sa.update(ARQ).where(
+            ARQ.id == arq.id, ARQ.state == states.BOUND,
+            ARQ.attach_handle_id == arq.attach_handle_id).values(
+                # updated_at kept: a pending Nova event is claimed by it.
+                attach_details=new, updated_at=ARQ.updated_at))
+        return done.rowcount == 1
+
+
 @_retry_on_deadlock
 def set_deployable_traits(context, deployable_id, traits):
     """Give deployable ``deployable_id`` the traits ``traits``, and say

@@ -139,6 +139,8 @@ def test_each_bind_gets_its_own_instance_and_the_traits_follow(rig):
                              '3g.40gb']
 
 
+# The refusal is the card's: one engine is enough.
+@pytest.mark.parametrize('database_url', ['sqlite'], indirect=True)
 def test_a_bind_the_card_cannot_place_fails_with_that_reason(rig):
     first = rig.bind('4g.40gb')
     assert first['state'] == 'Bound'

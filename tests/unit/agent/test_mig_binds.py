@@ -369,3 +369,62 @@ def test_an_agent_of_1_3_is_not_sent_a_mig_bind(card):
         capped.prepare_attach_handle(card.agent.context, HOST, DRIVER,
                                      card.handle(0), ARQ)
     transport.cleanup()
+
+
+def _identity(made):
+    return {name: made[name] for name in privsep_mig.IDENTITY}
+
+
+def test_a_restore_keeps_makes_again_spares_and_destroys(card):
+    there = card.bind('3g.40gb', slot=0)
+    spared = card.bind('1g.10gb', slot=1)
+    lost = card.bind('1g.10gb', slot=2)
+    orphan = card.bind('2g.20gb', slot=3)
+    privsep_mig.destroy_mig_instance(H100, _identity(lost))
+
+    done = privsep_mig.restore_mig_instances(
+        H100, [_identity(there), _identity(lost)], [_identity(spared)])
+
+    assert done['kept'] == [_identity(there)]
+    [remade] = done['made']
+    assert remade['was'] == _identity(lost)
+    now = remade['now']
+    assert (now['mig_profile'], now['start']) == ('1g.10gb', lost['start'])
+    assert now['mig_uuid'] != lost['mig_uuid']
+    assert done['destroyed'] == [_identity(orphan)]
+    assert done['failed'] == done['not_destroyed'] == []
+    assert sorted(card.held()) == sorted([
+        ('3g.40gb', there['start'], (there['mig_uuid'],)),
+        ('1g.10gb', spared['start'], (spared['mig_uuid'],)),
+        ('1g.10gb', lost['start'], (now['mig_uuid'],))])
+    assert '1g.10gb' in done['creatable']
+
+    # Nothing to do the second time.
+    again = privsep_mig.restore_mig_instances(
+        H100, [_identity(there), now], [_identity(spared)])
+    assert again['kept'] == [_identity(there), now]
+    assert again['made'] == again['destroyed'] == []
+
+
+RESTORED = {'mig_profile': '1g.10gb', 'start': 0, 'gi_id': 1, 'ci_id': 0,
+            'mig_uuid': 'MIG-0b1c2d3e-4f50-4617-8829-3a4b5c6d7e8f'}
+
+
+@pytest.mark.parametrize('address, wanted, spared, refusal', [
+    ('0000:4E:00.0', [], [], 'not a PCI address'),
+    (hosts.H100.parent, [], [],
+     'not listed in .gpu_devices. mig_on_demand_addresses'),
+    (H100, {'a': RESTORED}, [], 'a list of at most 64'),
+    (H100, [], None, 'a list of at most 64'),
+    (H100, [RESTORED] * 65, [], 'a list of at most 64'),
+    (H100, [dict(RESTORED, start=7)], [], '1g.10gb cannot start at slice 7'),
+    (H100, [], [dict(RESTORED, mig_uuid='GPU-1')], 'not a MIG device UUID'),
+    (H100, [dict(RESTORED, pid=1)], [], 'identified by exactly'),
+])
+def test_refused_restores(card, address, wanted, spared, refusal):
+    made = card.bind('2g.20gb')
+    with pytest.raises(checks.InvalidArgument, match=refusal):
+        privsep_mig.restore_mig_instances(address, wanted, spared)
+    # Refused before NVML was asked: the instance no one named is there.
+    assert card.held() == [('2g.20gb', made['start'], (made['mig_uuid'],))]
+    assert card.library.calls.count('nvmlGpuInstanceDestroy') == 0

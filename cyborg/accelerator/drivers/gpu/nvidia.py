@@ -99,6 +99,13 @@ def _whole(value):
     return value
 
 
+def _mig_identity(details):
+    """The identity of a MIG instance as the privileged helper takes it,
+    from what a bind kept (decimal text) or a prepare answered."""
+    return {name: _whole(details.get(name)) if name in _MIG_NUMBERS
+            else details.get(name) for name in privsep_mig.IDENTITY}
+
+
 def _handle_address(handle):
     """The PCI function an MDEV or MIG attach handle is on."""
     info = handle.attach_info
@@ -115,6 +122,9 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
         super().__init__(conf, pci_reader)
         self.nvml = nvml.NVMLObserver()
         self._mig_cards = {}  # address -> mig_nvml.MIGCard
+        # {GPU address: {MIG UUID: why}}: instances of binds that could
+        # not be made again after the host restarted, until released.
+        self._mig_unplaced = {}
         self.mig_on_demand = frozenset(
             inventory.PCIAddress.parse(text)
             for text in conf.gpu_devices.mig_on_demand_addresses)
@@ -203,10 +213,12 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
             if slots])  # Placement refuses an inventory of 0
 
     def _mig_card(self, gpu):
-        card = self._mig_cards.get(gpu.address)
+        return self._mig_card_at(gpu.address)
+
+    def _mig_card_at(self, address):
+        card = self._mig_cards.get(address)
         if card is None:
-            card = self._mig_cards[gpu.address] = mig_nvml.MIGCard(
-                gpu.address)
+            card = self._mig_cards[address] = mig_nvml.MIGCard(address)
         return card
 
     def _mig_on_demand_deployable(self, gpu):
@@ -298,6 +310,17 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
             attributes=attributes)
 
     def observe_vendor(self, device, address):
+        findings, usage = self._observe_nvml(address)
+        unplaced = self._mig_unplaced.get(address)
+        if unplaced:
+            # Unhealthy: the conductor quarantines the GPU, so that no
+            # bind lands on a card whose binds are not all there.
+            findings = list(findings) + [health.Finding(
+                health.UNHEALTHY, reason)
+                for _, reason in sorted(unplaced.items())]
+        return findings, usage
+
+    def _observe_nvml(self, address):
         bound = self.pci_health.kernel_driver(address)
         if bound is not None and bound != HOST_DRIVER:
             return [health.Finding(
@@ -362,14 +385,56 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
             raise base.DriverError(
                 'Cannot destroy the MIG instance of %s on the GPU at %s: the '
                 'release names none (details %r)' % (uuid, gpu, details))
-        identity = {name: _whole(details.get(name))
-                    if name in _MIG_NUMBERS else details.get(name)
-                    for name in privsep_mig.IDENTITY}
+        return self.destroy_mig_instance(gpu, details, uuid)
+
+    def destroy_mig_instance(self, gpu, details, owner):
+        """Destroy the instance ``details`` names on the GPU at ``gpu``
+        (a PCIAddress), made for ``owner`` (for the log): {'creatable'}."""
+        identity = _mig_identity(details)
+        unplaced = self._mig_unplaced.get(gpu, {})
+        if identity['mig_uuid'] in unplaced:
+            # Never made again after the restart: its GI id may name
+            # another instance now. Released, the card no longer misses
+            # it.
+            self._mig_unplaced[gpu] = {
+                u: why for u, why in unplaced.items()
+                if u != identity['mig_uuid']}
+            LOG.info('MIG instance %s of %s on the GPU at %s was not made '
+                     'again after the host restarted: nothing to destroy',
+                     identity['mig_uuid'], owner, gpu)
+            return {'creatable': self._mig_creatable(gpu)}
         with base.privileged('Cannot destroy MIG instance %s of %s on the '
-                             'GPU at %s' % (identity.get('mig_uuid'), uuid,
+                             'GPU at %s' % (identity.get('mig_uuid'), owner,
                                             gpu)):
             done = privsep_mig.destroy_mig_instance(str(gpu), identity)
         if not done['destroyed']:
             LOG.info('MIG instance %s of %s on the GPU at %s was gone '
-                     'already', identity['mig_uuid'], uuid, gpu)
+                     'already', identity['mig_uuid'], owner, gpu)
         return {'creatable': done['creatable']}
+
+    def _mig_creatable(self, gpu):
+        return sorted(name for name, count in
+                      self._mig_card_at(gpu).remaining().items() if count > 0)
+
+    def restore_mig_instances(self, gpu, wanted, spared):
+        """Put the on-demand GPU at ``gpu`` (a PCIAddress) back as its
+        binds left it, once its host restarted: the instances ``wanted``
+        (the details kept by Bound ARQs) made again where they are gone,
+        ``spared`` ones (binds and releases in progress) left alone,
+        every other instance destroyed. The privileged helper's answer
+        (``cyborg.privsep.mig.restore_mig_instances``). An instance that
+        cannot be made again marks the GPU unhealthy until its bind is
+        released."""
+        with base.privileged('Cannot restore the MIG instances of the GPU '
+                             'at %s' % gpu):
+            done = privsep_mig.restore_mig_instances(
+                str(gpu), [_mig_identity(d) for d in wanted],
+                [_mig_identity(d) for d in spared])
+        self._mig_unplaced[gpu] = {
+            failed['identity']['mig_uuid']: (
+                'MIG instance %s of a bound accelerator request could not '
+                'be made again at start %s after the host restarted: %s'
+                % (failed['identity']['mig_profile'],
+                   failed['identity']['start'], failed['reason']))
+            for failed in done['failed']}
+        return done
