@@ -115,6 +115,19 @@ def fake_transport(conf):
         transport.cleanup()
 
 
+@contextlib.contextmanager
+def rabbit_transport(conf, url):
+    """``transport_url = url`` (a RabbitMQ virtual host) in ``conf``, and
+    its transport: the services' own driver, heartbeats and all."""
+    conductor_rpc.use_fake_transport(conf)
+    conf.set_override('transport_url', url)
+    transport = rpc.get_transport(conf)
+    try:
+        yield transport
+    finally:
+        transport.cleanup()
+
+
 def binder(conf, agent=None, **kwargs):
     """The conductor's ``Binder`` (owner ``conductor-1``); ``agent`` is a
     ``NoAgent`` unless given; ``kwargs`` go on (``nova``, ``glance``)."""

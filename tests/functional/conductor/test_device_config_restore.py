@@ -17,6 +17,7 @@ from tests.functional.conductor.test_device_config_rollout import handles
 from tests.functional.conductor.test_device_config_rollout import nic_inventory
 from tests.functional.conductor.test_device_config_rollout import set_in_use
 from tests.functional.conductor.test_device_config_rollout import status
+from tests.functional.services.conftest import vhost_url  # noqa: F401
 from tests.placement_service import placement  # noqa: F401
 from tests.placement_service import placement_schema_template  # noqa: F401
 

@@ -35,6 +35,7 @@ from tests import arq_stack
 from tests.conftest import make_conf
 from tests.functional.api.test_device_config_policies import ADMIN
 from tests.functional.api.test_device_config_policies import POLICIES
+from tests.functional.services.conftest import vhost_url  # noqa: F401
 from tests.placement_service import create_compute_node
 from tests.placement_service import placement  # noqa: F401
 from tests.placement_service import placement_schema_template  # noqa: F401
@@ -126,17 +127,20 @@ def nic_inventory(placement_client, host=HOST):
 
 class Rig:
     """The API, the conductor's endpoints and rollout, and the agent of
-    each host (a tree of its own, with the X710 PF) on one in-process
-    transport, over a real Placement."""
+    each host (a tree of its own, with the X710 PF) talking over a real
+    RabbitMQ (the virtual host ``transport_url``), over a real
+    Placement."""
 
-    def __init__(self, conf, db, tmp_path, placement, stack):  # noqa: F811
+    def __init__(self, conf, db, tmp_path, placement,  # noqa: F811
+                 stack, transport_url):
         self.conf = conf
         self.db = db
         self.tmp_path = tmp_path
         self.placement = placement
         self.stack = stack
         self.timeline = []  # (host, action, hosts rolling at the time)
-        self.transport = stack.enter_context(arq_stack.fake_transport(conf))
+        self.transport = stack.enter_context(
+            arq_stack.rabbit_transport(conf, transport_url))
         client = placement.client()
         stack.enter_context(arq_stack.serving_conductor(
             self.transport, db, placement_client=client, layout='pooled'))
@@ -200,10 +204,10 @@ def arq_stack_conf(conf, host):
 
 
 @pytest.fixture
-def rig(conf, db, tmp_path, placement):  # noqa: F811
+def rig(conf, db, tmp_path, placement, vhost_url):  # noqa: F811
     """The ``Rig`` with one host, HOST; its kernel is ``rig.kernel``."""
     with contextlib.ExitStack() as stack:
-        made = Rig(conf, db, tmp_path, placement, stack)
+        made = Rig(conf, db, tmp_path, placement, stack, vhost_url)
         made.kernel = made.add_host(HOST)
         yield made
 
@@ -339,9 +343,9 @@ def test_a_host_enrolled_after_the_policy_is_configured_by_its_owner(
 # The rollout is the same for every kind: one engine is enough here.
 @pytest.mark.parametrize('database_url', ['sqlite'], indirect=True)
 def test_a_driver_binding_is_rolled_out(conf, db, tmp_path, admin_context,
-                                        placement):  # noqa: F811
+                                        placement, vhost_url):  # noqa: F811
     with contextlib.ExitStack() as stack:
-        rig = Rig(conf, db, tmp_path, placement, stack)
+        rig = Rig(conf, db, tmp_path, placement, stack, vhost_url)
         kernel = rig.add_host(HOST, BindingKernel)
         made = rig.api.post_json(POLICIES, {
             'name': 'pf-passthrough', 'kind': 'driver_binding',
