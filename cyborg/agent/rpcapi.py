@@ -179,21 +179,9 @@ class AgentAPI:
         (409). Under a cap below 1.4 a request raises ``VersionCapped``:
         an older agent would make nothing.
         """
-        kinds = _made_at_bind(attach_handle)
-        if request is None:
-            return self._call(context, host, '1.1', 'prepare_attach_handle',
-                              driver_name=driver_name,
-                              attach_handle=ATTACH_HANDLE.dump(attach_handle),
-                              arq_uuid=arq_uuid)
-        answer = self._call(
-            context, host, REQUEST_VERSION, 'prepare_attach_handle',
-            driver_name=driver_name,
-            attach_handle=ATTACH_HANDLE.dump(attach_handle),
-            arq_uuid=arq_uuid,
-            request=kinds[0].dump(request) if kinds else request)
-        if answer is None or not kinds:
-            return answer
-        return kinds[1].load(answer)
+        return self._handle_call(context, host, 'prepare_attach_handle',
+                                 driver_name, attach_handle, arq_uuid,
+                                 'request', request, sent=0, answered=1)
 
     def release_attach_handle(self, context, host, driver_name,
                               attach_handle, arq_uuid, details=None):
@@ -209,21 +197,28 @@ class AgentAPI:
         one whose ids name another instance now ``MIGIdentityMismatch``
         (409), and nothing is destroyed.
         """
+        return self._handle_call(context, host, 'release_attach_handle',
+                                 driver_name, attach_handle, arq_uuid,
+                                 'details', details, sent=1, answered=2)
+
+    def _handle_call(self, context, host, method, driver_name,
+                     attach_handle, arq_uuid, extra_name, extra, sent,
+                     answered):
+        """Prepare or release: at 1.1 with nothing more than the handle;
+        at ``REQUEST_VERSION`` with ``extra`` as argument ``extra_name``,
+        dumped and the answer loaded as the kinds of ``MADE_AT_BIND`` at
+        indexes ``sent`` and ``answered`` say for the handle's type."""
+        kwargs = {'driver_name': driver_name,
+                  'attach_handle': ATTACH_HANDLE.dump(attach_handle),
+                  'arq_uuid': arq_uuid}
+        if extra is None:
+            return self._call(context, host, '1.1', method, **kwargs)
         kinds = _made_at_bind(attach_handle)
-        if details is None:
-            return self._call(context, host, '1.1', 'release_attach_handle',
-                              driver_name=driver_name,
-                              attach_handle=ATTACH_HANDLE.dump(attach_handle),
-                              arq_uuid=arq_uuid)
-        answer = self._call(
-            context, host, REQUEST_VERSION, 'release_attach_handle',
-            driver_name=driver_name,
-            attach_handle=ATTACH_HANDLE.dump(attach_handle),
-            arq_uuid=arq_uuid,
-            details=kinds[1].dump(details) if kinds else details)
+        kwargs[extra_name] = kinds[sent].dump(extra) if kinds else extra
+        answer = self._call(context, host, REQUEST_VERSION, method, **kwargs)
         if answer is None or not kinds:
             return answer
-        return kinds[2].load(answer)
+        return kinds[answered].load(answer)
 
     def program(self, context, host, driver_name, controlpath_info,
                 bitstream):

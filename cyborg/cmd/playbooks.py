@@ -98,6 +98,7 @@ def _syntax(paths):
         open(config, 'w').close()
         env = dict(os.environ, ANSIBLE_CONFIG=config,
                    ANSIBLE_LIBRARY=playbook.LIBRARY,
+                   ANSIBLE_MODULE_UTILS=playbook.MODULE_UTILS,
                    ANSIBLE_LOCAL_TEMP=directory, LC_ALL='C.UTF-8')
         binary = os.path.join(os.path.dirname(sys.executable),
                               'ansible-playbook')
@@ -168,7 +169,8 @@ def check(top, out=sys.stdout):
         return 2
     worst = 0
     pairs = [n for n in sorted(os.listdir(top))
-             if os.path.isdir(os.path.join(top, n)) and n != 'library']
+             if os.path.isdir(os.path.join(top, n))
+             and n not in playbook.NOT_PAIRS]
     if not pairs:
         print('%s: no playbook pair' % top, file=out)
         return 1

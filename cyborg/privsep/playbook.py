@@ -52,6 +52,10 @@ SHIPPED = os.path.join(os.path.dirname(cyborg.device_config.__file__),
                        'playbooks')
 # The modules the shipped playbooks use, offered to operators' too.
 LIBRARY = os.path.join(SHIPPED, 'library')
+# What those modules share (checked PCI addresses and sysfs paths).
+MODULE_UTILS = os.path.join(SHIPPED, 'module_utils')
+# Directories of SHIPPED that hold no pair.
+NOT_PAIRS = ('library', 'module_utils')
 # The library NVML's bindings load when nothing else is configured.
 DEFAULT_NVML = 'libnvidia-ml.so.1'
 _LIBRARY_NAME = re.compile(r'lib[A-Za-z0-9_.+-]+\.so(\.[0-9]+)*')
@@ -207,7 +211,8 @@ def run(name, action, variables, check_mode, sysfs_root, timeout,
     try:
         spec = {'private_data_dir': private,
                 'playbook': os.path.join(directory, action + '.yml'),
-                'library': LIBRARY, 'extravars': extravars,
+                'library': LIBRARY, 'module_utils': MODULE_UTILS,
+                'extravars': extravars,
                 'check_mode': check_mode, 'timeout': timeout}
         argv = [setpriv, '--bounding-set', '-all', '--inh-caps', '-all',
                 '--no-new-privs', '--', sys.executable, '-m',

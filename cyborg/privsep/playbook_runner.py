@@ -95,6 +95,7 @@ def run(spec):
         envvars={'PATH': path,
                  'ANSIBLE_CONFIG': config,
                  'ANSIBLE_LIBRARY': spec['library'],
+                 'ANSIBLE_MODULE_UTILS': spec['module_utils'],
                  'ANSIBLE_LOCAL_TEMP': os.path.join(private, 'tmp'),
                  'ANSIBLE_REMOTE_TEMP': os.path.join(private, 'tmp'),
                  'ANSIBLE_NOCOLOR': '1',

@@ -13,7 +13,6 @@ details runs on each in ``test_mig_restore_records``).
 """
 
 import contextlib
-import uuid
 
 import pytest
 
@@ -24,39 +23,29 @@ from cyborg.accelerator.drivers.gpu import mig_nvml as mig_ops
 from cyborg.accelerator.drivers.gpu import nvidia
 from cyborg.agent import manager as agent_manager
 from cyborg.agent import rpcapi as agent_rpcapi
-from cyborg.conductor import host_sync
-from cyborg.conductor import placement_sync
 from cyborg.conductor import rpcapi as conductor_rpcapi
-from cyborg.privsep import checks
-from cyborg.privsep import mig as privsep_mig
 from tests import arq_stack
-from tests import inventory_rows
-from tests.arq_stack import ARQS
 from tests.conftest import database_url_on
-from tests.placement_service import create_compute_node
+from tests.functional.conductor import mig_host
+from tests.functional.conductor.mig_host import H100
+from tests.functional.conductor.mig_host import HOST
 from tests.placement_service import placement  # noqa: F401
 from tests.placement_service import placement_schema_template  # noqa: F401
 from tests.unit.drivers.conftest import mig_nvml  # noqa: F401
-from tests.unit.drivers.trees import hosts
-from tests.unit.drivers.trees import sysfs
 
 database_url = database_url_on('sqlite')
 
-HOST = 'gpu-host'
-H100 = hosts.H100.bdf
 SLICES = {'1g.10gb': (1, 1), '3g.40gb': (3, 4), '2g.20gb': (2, 2)}
 
 
-class Rig:
+class Rig(mig_host.Tenant):
     """The stack, and the agent of ``HOST`` as it runs now."""
 
     def __init__(self, conf, api, library, transport, root, rp):
+        super().__init__(api, library, rp)
         self.conf = conf
-        self.api = api
-        self.library = library
         self.transport = transport
         self.root = root
-        self.rp = rp
         self.agent = None
         self.driver = None
         self._server = None
@@ -89,62 +78,21 @@ class Rig:
         assert self.agent.mig_restore.pending
         return self.agent.report_inventory()
 
-    def bind(self, profile):
-        return arq_stack.bind_one(self.api, 'mig-' + profile, self.rp,
-                                  str(uuid.uuid4()), HOST)
-
-    def unbind(self, arq):
-        self.api.patch_json(ARQS + '/' + arq['uuid'], {arq['uuid']: [
-            {'op': 'remove', 'path': '/hostname'}]})
-        return self.get(arq)
-
-    def get(self, arq):
-        return self.api.get(ARQS + '/' + arq['uuid']).json
-
-    def held(self):
-        """{MIG UUID: (profile, start)} on the card."""
-        return {u: (i.profile, i.start)
-                for i in self.library.instances(H100) for u in i.uuids}
-
 
 @pytest.fixture
 def rig(conf, db, tmp_path, monkeypatch, admin_context, privileged_on,
         mig_nvml, placement):  # noqa: F811
-    root = tmp_path / 'host'
-    sysfs.build(root, [f for f in hosts.H100_HOST
-                       if f.bdf in {H100, hosts.H100.parent}])
-    library = mig_nvml(H100)
-    privileged_on(str(root))
-    monkeypatch.setattr(privsep_mig, '_cards', {})
-    daemon = checks.daemon_conf()
-    daemon.set_override('mig_on_demand_addresses', [H100],
-                        group='gpu_devices')
-    conf.set_override('host', HOST)
-    conf.set_override('mig_on_demand_addresses', [H100],
-                      group='gpu_devices')
-    driver = nvidia.NvidiaGPUDriver(conf, pci.PCIReader(str(root)))
-    inventory_rows.add_host(db.engine, HOST, driver.discover())
-    client = placement.client()
-    create_compute_node(placement.adapter(), HOST)
-    sync = host_sync.HostSync(client)
-    assert sync.sync_host(admin_context, HOST)['status'] == 'synced'
-    rp = placement_sync.provider_uuid('%s_migs_%s' % (HOST, H100))
-    for profile, (compute, memory) in SLICES.items():
-        arq_stack.make_profile(admin_context, 'mig-' + profile, [{
-            'resources:CUSTOM_MIG_COMPUTE_SLICE': str(compute),
-            'resources:CUSTOM_MIG_MEMORY_SLICE': str(memory),
-            'trait:CUSTOM_MIG_PROFILE_%s' % profile.upper().replace(
-                '.', '_'): 'required'}])
     with contextlib.ExitStack() as stack:
-        stack.callback(daemon.clear_override, 'mig_on_demand_addresses',
-                       group='gpu_devices')
+        host = stack.enter_context(mig_host.mig_host(
+            conf, db, tmp_path, monkeypatch, admin_context, privileged_on,
+            mig_nvml, placement, SLICES))
         transport = stack.enter_context(arq_stack.fake_transport(conf))
         stack.enter_context(arq_stack.serving_conductor(
             transport, db, arq_stack.binder(
                 conf, agent_rpcapi.AgentAPI(transport, timeout=10),
-                sync=sync), placement_client=client))
+                sync=host.sync), placement_client=host.client))
         api = arq_stack.webtest_app(conf, db, transport)
-        rig = Rig(conf, api, library, transport, root, rp)
+        rig = Rig(conf, api, host.library, transport, host.root, host.rp)
         rig.start_agent()
         stack.callback(rig.stop_agent)
         yield rig

@@ -469,22 +469,43 @@ def _devfn(bdf):
     return int(slot, 16) * 8 + int(function)
 
 
-def qat_kernel(host, pf, recorded_vfs, vf_driver):
-    """The kernel's part in ``pf``'s VF count: VFs bound to
-    ``vf_driver``, at the offset of the recorded ones."""
-    return sysfs.VFKernel(str(host.root), pf, recorded_vfs[0].device,
-                          vf_driver,
-                          _devfn(recorded_vfs[0].bdf) - _devfn(pf.bdf))
+class QATCard:
+    """A QAT PF of the recorded trees (``pf``, ``recorded_vfs``), with
+    its VFs' driver and its own."""
+
+    def __init__(self, pf, recorded_vfs, vf_driver, pf_driver):
+        self.pf = pf
+        self.recorded_vfs = recorded_vfs
+        self.vf_driver = vf_driver
+        self.pf_driver = pf_driver
+
+    def kernel(self, host, vf_driver='own'):
+        """The kernel's part in the PF's VF count: VFs bound to
+        ``vf_driver`` (the card's own unless given; None: to none), at
+        the offset of the recorded ones."""
+        return sysfs.VFKernel(
+            str(host.root), self.pf, self.recorded_vfs[0].device,
+            self.vf_driver if vf_driver == 'own' else vf_driver,
+            _devfn(self.recorded_vfs[0].bdf) - _devfn(self.pf.bdf))
+
+    def apply(self, host, applied, wanted):
+        """An sriov_vfs policy from ``applied`` to ``wanted`` settings, as
+        the agent applies it; (its result, the kernel's record)."""
+        with self.kernel(host) as kernel:
+            result = device_config.apply(
+                kinds.SRIOV_VFS, self.pf.bdf, applied, wanted,
+                playbook.run_playbook, kernel_driver=self.pf_driver)
+        return result, kernel
+
+
+C62X = QATCard(hosts.QAT_C62X, hosts.QAT_C62X_VFS, 'c6xxvf', 'c6xx')
+GEN4 = QATCard(hosts.QAT_4XXX, hosts.QAT_4XXX_VFS, '4xxxvf', '4xxx')
 
 
 def test_a_qat_pf_gets_its_vfs_through_zero_bound_to_their_driver(host):
     """An sriov_vfs policy on a C62x PF (4 VFs, for vfio-pci): the agent
     runs the QAT pair, as the PF's driver is c6xx."""
-    with qat_kernel(host, hosts.QAT_C62X, hosts.QAT_C62X_VFS,
-                    'c6xxvf') as kernel:
-        result = device_config.apply(
-            kinds.SRIOV_VFS, QAT, None, {'num_vfs': 8},
-            playbook.run_playbook, kernel_driver='c6xx')
+    result, kernel = C62X.apply(host, None, {'num_vfs': 8})
 
     assert result['state'] == 'applied', result
     assert result['changed'] == ['qat_vfs setup: Remove the VFs that exist',
@@ -493,11 +514,7 @@ def test_a_qat_pf_gets_its_vfs_through_zero_bound_to_their_driver(host):
     assert kernel.refused == []
     assert host.vfs(QAT) == ['c6xxvf'] * 8
 
-    with qat_kernel(host, hosts.QAT_C62X, hosts.QAT_C62X_VFS,
-                    'c6xxvf') as kernel:
-        again = device_config.apply(
-            kinds.SRIOV_VFS, QAT, {'num_vfs': 8}, {'num_vfs': 8},
-            playbook.run_playbook, kernel_driver='c6xx')
+    again, kernel = C62X.apply(host, {'num_vfs': 8}, {'num_vfs': 8})
     assert (again['state'], again['changed']) == ('applied', [])
     assert kernel.writes == []
 
@@ -527,7 +544,7 @@ def test_qat_vfs_that_come_up_without_their_driver_fail(host):
     """As with qat_c62xvf not loaded: no driver takes the new VFs (after
     a wait of a few seconds for udev to load it)."""
     def made(num_vfs, vf_driver):
-        with qat_kernel(host, hosts.QAT_C62X, hosts.QAT_C62X_VFS, None):
+        with C62X.kernel(host, vf_driver=None):
             return playbook.run_playbook('qat_vfs', 'setup', {
                 'pci_address': QAT, 'num_vfs': num_vfs,
                 'vf_driver': vf_driver, 'cfg_services': 'keep'})
@@ -547,8 +564,7 @@ def test_qat_vfs_that_come_up_without_their_driver_fail(host):
 
 def test_a_gen4_qat_pf_is_down_while_its_vfs_and_services_change(host):
     state = host.path('sys/bus/pci/devices/%s/qat/state' % QAT4)
-    with qat_kernel(host, hosts.QAT_4XXX, hosts.QAT_4XXX_VFS,
-                    '4xxxvf') as kernel:
+    with GEN4.kernel(host) as kernel:
         result = playbook.run_playbook('qat_vfs', 'setup', {
             'pci_address': QAT4, 'num_vfs': 8, 'vf_driver': '4xxxvf',
             'cfg_services': 'dc'})
@@ -564,11 +580,7 @@ def test_a_gen4_qat_pf_is_down_while_its_vfs_and_services_change(host):
 
     # The policy's count goes to 0: the teardown takes the VFs (down and
     # up again), the setup finds nothing to do.
-    with qat_kernel(host, hosts.QAT_4XXX, hosts.QAT_4XXX_VFS,
-                    '4xxxvf') as kernel:
-        down = device_config.apply(
-            kinds.SRIOV_VFS, QAT4, {'num_vfs': 8}, {'num_vfs': 0},
-            playbook.run_playbook, kernel_driver='4xxx')
+    down, kernel = GEN4.apply(host, {'num_vfs': 8}, {'num_vfs': 0})
 
     assert down['state'] == 'applied', down
     assert kernel.writes == [('qat/state', 'down'), ('sriov_numvfs', '0'),

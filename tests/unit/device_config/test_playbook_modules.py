@@ -27,6 +27,13 @@ def load(name):
     return script_module.load(os.path.join(playbook.LIBRARY, name + '.py'))
 
 
+# What ansible ships beside each module that imports it.
+sys.modules.setdefault(
+    'ansible.module_utils.cyborg_sysfs', script_module.load(
+        os.path.join(playbook.MODULE_UTILS, 'cyborg_sysfs.py'),
+        'ansible.module_utils.cyborg_sysfs'))
+
+
 PCI_DRIVER = load('cyborg_pci_driver')
 SYSFS_ATTRIBUTE = load('cyborg_sysfs_attribute')
 VGPU_TYPE = load('cyborg_vgpu_type')

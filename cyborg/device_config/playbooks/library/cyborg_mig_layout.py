@@ -21,6 +21,7 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.cyborg_sysfs import PCI_ADDRESS
 
 DOCUMENTATION = r'''
 module: cyborg_mig_layout
@@ -75,7 +76,6 @@ created:
   type: list
 '''
 
-PCI_ADDRESS = re.compile(r'[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
 PROFILE = re.compile(r'[1-9][0-9]*g\.[1-9][0-9]*gb(\+me)?')
 
 

@@ -10,6 +10,7 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.cyborg_sysfs import Sysfs
 
 DOCUMENTATION = r'''
 module: cyborg_pci_driver
@@ -61,62 +62,22 @@ vfs:
   type: list
 '''
 
-PCI_ADDRESS = re.compile(r'[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
 DRIVER = re.compile(r'[a-z0-9_-]{1,32}')
 # What the kernel shows in driver_override when none is set.
 NO_OVERRIDE = ('', '(null)')
 
 
-def _inside(module, path, top, what):
-    """``path`` if its real path lies below ``top``; the task fails
-    otherwise."""
-    real = os.path.realpath(path)
-    if os.path.commonpath([real, top]) != top:
-        module.fail_json(msg='%s leads to %s, outside %s' % (what, real, top))
-    return real
-
-
-def _driver(module, function, drivers):
+def _driver(tree, function):
     """(directory, name) of the driver bound to ``function`` (a real
     path); (None, '') when none is."""
     link = os.path.join(function, 'driver')
     if not os.path.lexists(link):
         return None, ''
-    directory = _inside(module, link, drivers, link)
-    if os.path.dirname(directory) != drivers:
-        module.fail_json(msg='%s leads to %s, not a driver of %s'
-                         % (link, directory, drivers))
+    directory = tree.inside(link, tree.drivers)
+    if os.path.dirname(directory) != tree.drivers:
+        tree.module.fail_json(msg='%s leads to %s, not a driver of %s'
+                              % (link, directory, tree.drivers))
     return directory, os.path.basename(directory)
-
-
-def _vfs(module, function, devices, drivers):
-    """[{address, driver}] of the VFs of ``function``, in VF order."""
-    found = []
-    for entry in os.listdir(function):
-        if entry.startswith('virtfn') and entry[6:].isdigit():
-            link = os.path.join(function, entry)
-            vf = _inside(module, link, devices, link)
-            address = os.path.basename(vf)
-            if not PCI_ADDRESS.fullmatch(address):
-                module.fail_json(msg='%s is not a PCI function' % link)
-            found.append((int(entry[6:]), {
-                'address': address,
-                'driver': _driver(module, vf, drivers)[1]}))
-    return [vf for _, vf in sorted(found, key=lambda n_vf: n_vf[0])]
-
-
-def _write(module, path, text, what):
-    try:
-        # sysfs ignores O_TRUNC; a recorded tree keeps what was written.
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW
-                     | os.O_CLOEXEC)
-        try:
-            os.write(fd, text.encode('ascii'))
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        module.fail_json(msg='cannot write %r to %s: %s'
-                         % (text, what, exc.strerror))
 
 
 def main():
@@ -132,8 +93,8 @@ def main():
         supports_check_mode=True)
     params = module.params
     address = params['device']
-    if not PCI_ADDRESS.fullmatch(address):
-        module.fail_json(msg='%r is not a PCI address' % address)
+    tree = Sysfs(module, params['root'])
+    link = tree.function_link(address)
     override = params['override']
     if override is not None and override != '' and not DRIVER.fullmatch(
             override):
@@ -142,16 +103,10 @@ def main():
     if sum([override is not None, params['unbind'], params['probe']]) > 1:
         module.fail_json(msg='one of override, unbind and probe per task')
 
-    root = os.path.realpath(params['root'])
-    devices = os.path.join(root, 'sys', 'devices')
-    drivers = os.path.join(root, 'sys', 'bus', 'pci', 'drivers')
-    link = os.path.join(root, 'sys', 'bus', 'pci', 'devices', address)
-    function = _inside(module, link, devices, link)
-
-    driver_dir, driver = _driver(module, function, drivers)
-
-    override_path = _inside(module, os.path.join(link, 'driver_override'),
-                            devices, 'driver_override')
+    function = tree.inside(link)
+    driver_dir, driver = _driver(tree, function)
+    override_path = tree.inside(os.path.join(link, 'driver_override'),
+                                what='driver_override')
     try:
         with open(override_path) as f:
             previous = f.read().strip()
@@ -161,29 +116,32 @@ def main():
     previous = '' if previous in NO_OVERRIDE else previous
     facts = {'driver': driver, 'override': previous}
     if params['vfs']:
-        facts['vfs'] = _vfs(module, function, devices, drivers)
+        facts['vfs'] = [
+            {'address': vf, 'driver': _driver(tree, directory)[1]}
+            for vf, directory in tree.virtual_functions(function)]
 
     if override is not None:
         if override == previous:
             module.exit_json(changed=False, **facts)
         if not module.check_mode:
             # A bare newline clears the override.
-            _write(module, override_path, override or '\n',
-                   '%s/driver_override' % link)
+            tree.write(override_path, override or '\n',
+                       '%s/driver_override' % link)
         module.exit_json(changed=True, **facts)
     if params['unbind']:
         if driver_dir is None:
             module.exit_json(changed=False, **facts)
         if not module.check_mode:
-            _write(module, os.path.join(driver_dir, 'unbind'), address,
-                   '%s/unbind' % driver_dir)
+            tree.write(os.path.join(driver_dir, 'unbind'), address,
+                       '%s/unbind' % driver_dir)
         module.exit_json(changed=True, **facts)
     if params['probe']:
-        probe = os.path.join(root, 'sys', 'bus', 'pci', 'drivers_probe')
+        probe = os.path.join(tree.root, 'sys', 'bus', 'pci',
+                             'drivers_probe')
         if os.path.realpath(probe) != probe:
             module.fail_json(msg='%s goes through a link' % probe)
         if not module.check_mode:
-            _write(module, probe, address, probe)
+            tree.write(probe, address)
         module.exit_json(changed=True, **facts)
     module.exit_json(changed=False, **facts)
 

@@ -9,6 +9,7 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.cyborg_sysfs import Sysfs
 
 DOCUMENTATION = r'''
 module: cyborg_sysfs_attribute
@@ -54,7 +55,6 @@ exists:
   type: bool
 '''
 
-PCI_ADDRESS = re.compile(r'[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
 ATTRIBUTE = re.compile(r'[a-z][a-z0-9_]{0,63}(/[a-z][a-z0-9_]{0,63})?')
 VALUE = re.compile(r'[A-Za-z0-9_.:;-]{1,64}')
 
@@ -70,8 +70,8 @@ def main():
         },
         supports_check_mode=True)
     params = module.params
-    if not PCI_ADDRESS.fullmatch(params['device']):
-        module.fail_json(msg='%r is not a PCI address' % params['device'])
+    tree = Sysfs(module, params['root'])
+    device = tree.function_link(params['device'])
     if not ATTRIBUTE.fullmatch(params['attribute']):
         module.fail_json(msg='%r is not an attribute name'
                          % params['attribute'])
@@ -79,14 +79,8 @@ def main():
     if value is not None and not VALUE.fullmatch(value):
         module.fail_json(msg='%r is not a value for a sysfs attribute'
                          % value)
-    root = os.path.realpath(params['root'])
-    devices = os.path.join(root, 'sys', 'devices')
-    link = os.path.join(root, 'sys', 'bus', 'pci', 'devices',
-                        params['device'], params['attribute'])
-    path = os.path.realpath(link)
-    if os.path.commonpath([path, devices]) != devices:
-        module.fail_json(msg='%s leads to %s, outside %s'
-                         % (link, path, devices))
+    link = os.path.join(device, params['attribute'])
+    path = tree.inside(link, what=link)
     try:
         with open(path) as f:
             previous = f.read().strip()
@@ -99,18 +93,7 @@ def main():
         module.exit_json(changed=False, exists=True, current=previous,
                          previous=previous)
     if not module.check_mode:
-        try:
-            # sysfs ignores O_TRUNC; a recorded tree keeps what was
-            # written, as the tests read it.
-            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW
-                         | os.O_CLOEXEC)
-            try:
-                os.write(fd, value.encode('ascii'))
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            module.fail_json(msg='cannot write %s to %s: %s'
-                             % (value, link, exc.strerror))
+        tree.write(path, value, link)
     module.exit_json(changed=True, exists=True, current=value,
                      previous=previous)
 

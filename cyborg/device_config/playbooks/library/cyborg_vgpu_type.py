@@ -13,6 +13,7 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.cyborg_sysfs import Sysfs
 
 DOCUMENTATION = r'''
 module: cyborg_vgpu_type
@@ -59,42 +60,21 @@ changed_vfs:
   type: list
 '''
 
-PCI_ADDRESS = re.compile(r'[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
 MDEV_TYPE = re.compile(r'[A-Za-z0-9_]+-[A-Za-z0-9_.]+')
 NVIDIA_TYPE = re.compile(r'nvidia-([1-9][0-9]{0,8})')
 
 
-class Tree:
+class Tree(Sysfs):
     """The GPU's function directories, every path checked to lie below
     ``<root>/sys/devices``."""
 
     def __init__(self, module, root, address):
-        self.module = module
-        self.devices = os.path.join(os.path.realpath(root), 'sys',
-                                    'devices')
-        self.gpu = self.inside(os.path.join(
-            os.path.realpath(root), 'sys', 'bus', 'pci', 'devices', address))
-
-    def inside(self, path):
-        real = os.path.realpath(path)
-        if os.path.commonpath([real, self.devices]) != self.devices:
-            self.module.fail_json(msg='%s leads to %s, outside %s'
-                                  % (path, real, self.devices))
-        return real
+        super().__init__(module, root)
+        self.gpu = self.inside(self.function_link(address))
 
     def vfs(self):
         """[(address, directory)] of the GPU's VFs, in VF order."""
-        found = []
-        for entry in os.listdir(self.gpu):
-            if entry.startswith('virtfn') and entry[6:].isdigit():
-                directory = self.inside(os.path.join(self.gpu, entry))
-                address = os.path.basename(directory)
-                if not PCI_ADDRESS.fullmatch(address):
-                    self.module.fail_json(msg='%s/%s is not a PCI function'
-                                          % (self.gpu, entry))
-                found.append((int(entry[6:]), address, directory))
-        return [(address, directory) for _, address, directory
-                in sorted(found)]
+        return self.virtual_functions(self.gpu)
 
     def read(self, path):
         try:
@@ -105,16 +85,7 @@ class Tree:
                                   % (path, exc.strerror))
 
     def write(self, path, text):
-        try:
-            fd = os.open(self.inside(path), os.O_WRONLY | os.O_TRUNC
-                         | os.O_NOFOLLOW | os.O_CLOEXEC)
-            try:
-                os.write(fd, text.encode('ascii'))
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            self.module.fail_json(msg='cannot write %s to %s: %s'
-                                  % (text, path, exc.strerror))
+        super().write(self.inside(path), text, path)
 
     def mdev_types(self, directory):
         types = os.path.join(directory, 'mdev_supported_types')
@@ -159,8 +130,6 @@ def main():
         },
         supports_check_mode=True)
     params = module.params
-    if not PCI_ADDRESS.fullmatch(params['device']):
-        module.fail_json(msg='%r is not a PCI address' % params['device'])
     mdev_type = params['mdev_type']
     if len(mdev_type) > 255 or not MDEV_TYPE.fullmatch(mdev_type):
         module.fail_json(msg='%r is not an mdev type name' % mdev_type)

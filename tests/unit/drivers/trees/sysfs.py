@@ -129,20 +129,7 @@ def build(root, functions, pci_ids=None):
 
     for function in functions:
         path = device_dir(function.bdf)
-        os.makedirs(path, exist_ok=True)
-        for name, value in (
-                ('vendor', '0x' + function.vendor),
-                ('device', '0x' + function.device),
-                ('class', '0x' + function.class_code),
-                ('subsystem_vendor', '0x' + function.subsystem[0]),
-                ('subsystem_device', '0x' + function.subsystem[1]),
-                ('numa_node', str(function.numa))):
-            _write(os.path.join(path, name), value)
-        _link(os.path.join(sys_dir, 'bus/pci/devices', function.bdf), path)
-        _write_raw(os.path.join(path, 'driver_override'), '(null)\n')
-        if function.driver:
-            _link(os.path.join(path, 'driver'),
-                  driver_directory(root, function.driver))
+        _write_function(root, function, path)
         if function.physfn:
             _link(os.path.join(path, 'physfn'), device_dir(function.physfn))
         if function.sriov_totalvfs is not None:
@@ -174,6 +161,25 @@ def build(root, functions, pci_ids=None):
     if pci_ids is not None:
         _write(os.path.join(root, 'usr/share/hwdata/pci.ids'), pci_ids)
     return root
+
+
+def _write_function(root, function, path):
+    """What every function has at ``path``: its ids, NUMA node, an empty
+    ``driver_override``, its driver's link and its bus entry."""
+    os.makedirs(path, exist_ok=True)
+    for name, value in (
+            ('vendor', '0x' + function.vendor),
+            ('device', '0x' + function.device),
+            ('class', '0x' + function.class_code),
+            ('subsystem_vendor', '0x' + function.subsystem[0]),
+            ('subsystem_device', '0x' + function.subsystem[1]),
+            ('numa_node', str(function.numa))):
+        _write(os.path.join(path, name), value)
+    _link(os.path.join(root, 'sys/bus/pci/devices', function.bdf), path)
+    _write_raw(os.path.join(path, 'driver_override'), '(null)\n')
+    if function.driver:
+        _link(os.path.join(path, 'driver'),
+              driver_directory(root, function.driver))
 
 
 def _write_raw(path, text):
@@ -293,36 +299,16 @@ def kernel_binds(root, own):
     return handled
 
 
-class Binder:
-    """``kernel_binds`` every few milliseconds while in use, as the
-    kernel acts on each write as it is made; ``writes`` lists them in
-    order, with what each function's ``driver_override`` came to hold."""
+class _Watching:
+    """A kernel stand-in that acts every few milliseconds while in use
+    (``_pass``), as the kernel acts on each write as it is made, and
+    once more on the way out. An error in a pass fails the test on the
+    way out."""
 
-    def __init__(self, root, own):
-        self.root = root
-        self.own = own
-        self.writes = []
+    def __init__(self):
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._failure = None
-        self._overrides = self._read_overrides()
-
-    def _read_overrides(self):
-        found = {}
-        for address in self.own:
-            path = os.path.join(self.root, 'sys/bus/pci/devices', address,
-                                'driver_override')
-            with open(path) as f:
-                found[address] = f.read().strip()
-        return found
-
-    def _pass(self):
-        overrides = self._read_overrides()
-        for address, text in overrides.items():
-            if text != self._overrides[address]:
-                self.writes.append(('driver_override', text))
-        self._overrides = overrides
-        self.writes += kernel_binds(self.root, self.own)
 
     def _run(self):
         try:
@@ -341,6 +327,36 @@ class Binder:
         if self._failure is not None:
             raise self._failure
         self._pass()
+
+
+class Binder(_Watching):
+    """``kernel_binds`` every few milliseconds while in use, as the
+    kernel acts on each write as it is made; ``writes`` lists them in
+    order, with what each function's ``driver_override`` came to hold."""
+
+    def __init__(self, root, own):
+        self.root = root
+        self.own = own
+        self.writes = []
+        super().__init__()
+        self._overrides = self._read_overrides()
+
+    def _read_overrides(self):
+        found = {}
+        for address in self.own:
+            path = os.path.join(self.root, 'sys/bus/pci/devices', address,
+                                'driver_override')
+            with open(path) as f:
+                found[address] = f.read().strip()
+        return found
+
+    def _pass(self):
+        overrides = self._read_overrides()
+        for address, text in overrides.items():
+            if text != self._overrides[address]:
+                self.writes.append(('driver_override', text))
+        self._overrides = overrides
+        self.writes += kernel_binds(self.root, self.own)
 
 
 def kernel_makes_vfs(root, pf, count, vf_device, vf_driver, offset):
@@ -368,24 +384,13 @@ def kernel_makes_vfs(root, pf, count, vf_device, vf_driver, offset):
     for index, vf in enumerate(virtual_functions(pf, vf_device, addresses,
                                                  driver=vf_driver)):
         path = os.path.join(os.path.dirname(pf_dir), vf.bdf)
-        for name, value in (
-                ('vendor', '0x' + vf.vendor), ('device', '0x' + vf.device),
-                ('class', '0x' + vf.class_code),
-                ('subsystem_vendor', '0x' + vf.subsystem[0]),
-                ('subsystem_device', '0x' + vf.subsystem[1]),
-                ('numa_node', str(vf.numa))):
-            _write(os.path.join(path, name), value)
-        _write_raw(os.path.join(path, 'driver_override'), '(null)\n')
-        if vf.driver:
-            _link(os.path.join(path, 'driver'),
-                  driver_directory(root, vf.driver))
+        _write_function(root, vf, path)
         _link(os.path.join(path, 'physfn'), pf_dir)
-        _link(os.path.join(sys_dir, 'bus/pci/devices', vf.bdf), path)
         _link(os.path.join(pf_dir, 'virtfn%d' % index), path)
     return addresses
 
 
-class VFKernel:
+class VFKernel(_Watching):
     """The kernel's part in a PF's VF count, while in use: every few
     milliseconds it reads the PF's ``sriov_numvfs`` and, on a QAT gen4
     device, ``qat/state`` and ``qat/cfg_services``. ``writes`` lists each
@@ -405,9 +410,7 @@ class VFKernel:
         self.offset = offset
         self.writes = []
         self.refused = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._failure = None
+        super().__init__()
         self._seen = self._read()
 
     def _read(self):
@@ -441,23 +444,6 @@ class VFKernel:
                 self.refused.append((name, value))
         self._seen = now
 
-    def _run(self):
-        try:
-            while not self._stop.wait(0.005):
-                self._pass()
-        except Exception as exc:  # the test fails with it, in __exit__
-            self._failure = exc
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        if self._failure is not None:
-            raise self._failure
-        self._pass()
 
 
 def _write_opae(sys_dir, fpga, path):
