@@ -24,6 +24,10 @@ VERSIONS = [
     ('2.6', 'Admins manage device configuration policies '
             '(/v2/device_config_policies) and read the configuration '
             'status of the devices each selects.'),
+    ('2.7', 'Admins update device profiles (each change a kept revision, '
+            'by which ARQs bind), enable and disable them and make them '
+            'private to listed projects; profiles show revision, enabled '
+            'and is_public, ARQs their profile revision.'),
 ]
 
 _NUMBER = re.compile(r'^([1-9]\d*|0)\.([1-9]\d*|0)$')

@@ -220,8 +220,67 @@ class DeviceProfile(TimestampMixin, Base):
                                               unique=True)
     description: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
     # {"groups": [{"resources:FPGA": "1", ...}, ...]}; group order matters.
+    # What the current revision says: kept here too, as every read of a
+    # profile wants the current one.
     profile_json: orm.Mapped[dict] = orm.mapped_column(JSONText,
                                                        nullable=False)
+    # The number of the current revision (``DeviceProfileRevision``).
+    revision: orm.Mapped[int] = orm.mapped_column(
+        nullable=False, default=1, server_default='1')
+    # Bumped by every write of the profile (revision, enabled, access):
+    # what ARQ creation checks in its INSERT against a stale read.
+    generation: orm.Mapped[int] = orm.mapped_column(
+        nullable=False, default=1, server_default='1')
+    # A disabled profile makes no new ARQs; only admins list it.
+    enabled: orm.Mapped[bool] = orm.mapped_column(
+        sa.Boolean, nullable=False, default=True, server_default=sa.true())
+    # A private profile is seen and used only by the projects of
+    # ``DeviceProfileProject`` (and admins).
+    is_public: orm.Mapped[bool] = orm.mapped_column(
+        sa.Boolean, nullable=False, default=True, server_default=sa.true())
+
+
+class DeviceProfileRevision(Base):
+    """One revision of a profile's name, description and groups, kept for
+    as long as the profile: ARQs bind by the revision they were made
+    from."""
+
+    __tablename__ = 'device_profile_revisions'
+    __table_args__ = (sa.UniqueConstraint('device_profile_id', 'revision'),)
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
+    device_profile_id: orm.Mapped[int] = orm.mapped_column(
+        sa.ForeignKey('device_profiles.id', ondelete='CASCADE'),
+        nullable=False)
+    revision: orm.Mapped[int] = orm.mapped_column(nullable=False)
+    name: orm.Mapped[str] = orm.mapped_column(sa.String(255), nullable=False)
+    description: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    profile_json: orm.Mapped[dict] = orm.mapped_column(JSONText,
+                                                       nullable=False)
+    created_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
+        sa.DateTime, nullable=False, default=utcnow)
+    # Why it was made: created, updated, or migrated (a rename of a trait
+    # or resource class that became standard).
+    reason: orm.Mapped[str] = orm.mapped_column(
+        sa.String(32), nullable=False, default='created',
+        server_default='created')
+
+
+class DeviceProfileProject(Base):
+    """A project that may use a private profile."""
+
+    __tablename__ = 'device_profile_projects'
+    __table_args__ = (
+        sa.UniqueConstraint('device_profile_id', 'project_id'),
+        sa.Index('ix_device_profile_projects_project_id', 'project_id'),
+    )
+
+    id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
+    device_profile_id: orm.Mapped[int] = orm.mapped_column(
+        sa.ForeignKey('device_profiles.id', ondelete='CASCADE'),
+        nullable=False)
+    project_id: orm.Mapped[str] = orm.mapped_column(sa.String(255),
+                                                    nullable=False)
 
 
 class ExtendedAcceleratorRequest(TimestampMixin, Base):
@@ -254,6 +313,9 @@ class ExtendedAcceleratorRequest(TimestampMixin, Base):
         nullable=False)
     device_profile_group_id: orm.Mapped[int] = orm.mapped_column(
         nullable=False)
+    # The profile's revision this ARQ was made from, and binds by.
+    device_profile_revision: orm.Mapped[int] = orm.mapped_column(
+        nullable=False, default=1, server_default='1')
     hostname: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
     device_rp_uuid: orm.Mapped[str | None] = orm.mapped_column(
         sa.String(36))

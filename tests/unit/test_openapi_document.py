@@ -58,6 +58,8 @@ def served_routes():
                 routes.add((method, base + '/{}' * depth))
         for method, action in controller.ACTIONS:
             routes.add((method, '%s/{}/%s' % (base, action)))
+        for method, action in controller.ITEM_ACTIONS:
+            routes.add((method, '%s/{}/%s/{}' % (base, action)))
     return routes
 
 

@@ -327,8 +327,13 @@ def seed(url, hosts):
     targets = []
     try:
         with engine.begin() as conn:
-            conn.execute(sa.insert(models.DeviceProfile).values(
+            profile_id = conn.execute(sa.insert(models.DeviceProfile).values(
                 uuid=str(uuid.uuid4()), name=PROFILE,
+                profile_json={'groups': PROFILE_GROUPS},
+                created_at=models.utcnow())).inserted_primary_key[0]
+            # Its first revision, by which its ARQs bind.
+            conn.execute(sa.insert(models.DeviceProfileRevision).values(
+                device_profile_id=profile_id, revision=1, name=PROFILE,
                 profile_json={'groups': PROFILE_GROUPS},
                 created_at=models.utcnow()))
         for index in range(hosts):

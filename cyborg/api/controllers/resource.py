@@ -36,12 +36,15 @@ class ResourceController:
 
     ``ACTIONS`` maps (method, action) to a handler for
     ``/<collection>/<key>/<action>`` (e.g. a device's ``disable``);
+    ``ITEM_ACTIONS`` for ``/<collection>/<key>/<action>/<item>`` (one
+    project of a profile's), its handler given key and item;
     ``ACTIONS_FROM`` maps an action to the microversion that brought it,
     below which its path does not exist; ``FROM_VERSION``, when set, is
     that of the whole collection.
     """
 
     ACTIONS = {}
+    ITEM_ACTIONS = {}
     ACTIONS_FROM = {}
     FROM_VERSION = None
 
@@ -56,15 +59,18 @@ class ResourceController:
         # for DELETE, where it names an empty key (a 400 from the handler).
         if args == [''] and request.method != 'DELETE':
             args = []
-        if len(args) == 2:
+        if len(args) in (2, 3):
             if (request.version or (0, 0)) < self.ACTIONS_FROM.get(
                     args[1], (0, 0)):
                 self._refuse(request, ())
-            name = self.ACTIONS.get((request.method, args[1]))
+            if len(args) == 3 and not args[2]:
+                self._refuse(request, ())
+            table = self.ACTIONS if len(args) == 2 else self.ITEM_ACTIONS
+            name = table.get((request.method, args[1]))
             if name is None:
-                self._refuse(request, {m for m, a in self.ACTIONS
+                self._refuse(request, {m for m, a in table
                                        if a == args[1]})
-            return getattr(self, name), args[:1]
+            return getattr(self, name), [args[0], *args[2:]]
         name = ROUTES.get((request.method, len(args)))
         if name is None or not hasattr(self, name):
             self._refuse(request, {m for (m, n), h in ROUTES.items()

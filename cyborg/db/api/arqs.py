@@ -11,6 +11,7 @@ ARQs are read as dicts with the keys of ``_VIEW_COLUMNS``: one statement
 per list, whatever its length.
 """
 
+import collections
 import datetime
 import functools
 import random
@@ -32,6 +33,8 @@ from cyborg.objects import inventory
 ARQ = models.ExtendedAcceleratorRequest
 Handle = models.AttachHandle
 Profile = models.DeviceProfile
+Revision = models.DeviceProfileRevision
+ProfileProject = models.DeviceProfileProject
 Deployable = models.Deployable
 Device = models.Device
 
@@ -48,6 +51,7 @@ _HANDLE_COLUMNS = (Handle.id, Handle.uuid, Handle.attach_type,
 
 _VIEW_COLUMNS = (
     ARQ.id, ARQ.uuid, ARQ.state, ARQ.device_profile_group_id,
+    ARQ.device_profile_revision,
     ARQ.hostname, ARQ.device_rp_uuid, ARQ.instance_uuid, ARQ.project_id,
     ARQ.created_at, ARQ.updated_at,
     Profile.name.label('device_profile_name'),
@@ -164,19 +168,26 @@ def _units(groups):
 
 # Built once: statements cost more to build than to run on MariaDB. Core
 # statements on the session's connection: no ORM object is involved.
-_PROFILE_BY_NAME = sa.select(Profile.id, Profile.uuid, Profile.name,
-                             Profile.profile_json).where(
-    Profile.name == sa.bindparam('name'))
+_PROFILE_BY_NAME = sa.select(
+    Profile.id, Profile.uuid, Profile.name, Profile.profile_json,
+    Profile.revision, Profile.generation, Profile.enabled,
+    Profile.is_public).where(Profile.name == sa.bindparam('name'))
+_PROFILE_PROJECTS = sa.select(ProfileProject.project_id).where(
+    ProfileProject.device_profile_id == sa.bindparam('profile_id'))
 _INSERT_ARQ = sa.insert(ARQ.__table__)
 
 
-# What a POST needs of a profile, by name: (id, uuid, name, counts).
-# Read once per worker. Other workers' changes cannot reach it, so each
-# INSERT made from it checks in the same statement that the profile is
-# still there with that id and uuid (one deleted, or re-made under the
-# same name, is read again); ids are never reused (AUTOINCREMENT on
-# SQLite), so a re-made profile never matches an old entry. This
-# worker's own writes of a profile drop its entry (``forget_profile``).
+# What a POST needs of a profile, by name. Read once per worker. Other
+# workers' changes cannot reach it, so each INSERT made from it checks in
+# the same statement that the profile is still there with that id, uuid
+# and generation (every write of a profile bumps it: a new revision, a
+# profile disabled, access changed), and one that no longer is is read
+# again; ids are never reused (AUTOINCREMENT on SQLite), so a re-made
+# profile never matches an old entry. This worker's own writes of a
+# profile drop its entry (``forget_profile``).
+KnownProfile = collections.namedtuple('KnownProfile', (
+    'id', 'uuid', 'name', 'counts', 'revision', 'generation', 'enabled',
+    'is_public', 'projects'))
 _KNOWN_PROFILES = {}
 _KNOWN_PROFILES_MAX = 256
 
@@ -187,9 +198,12 @@ def forget_profile(profile_name):
     _KNOWN_PROFILES.pop(profile_name, None)
 
 
-def create_arqs(context, profile_name, project_id):
-    """One Initial ARQ per unit of every resource of every group, all in
-    one statement; returns them as views.
+def create_arqs(context, profile_name, project_id, any_profile=False):
+    """One Initial ARQ per unit of every resource of every group of the
+    profile's current revision, all in one statement; returns them as
+    views. A disabled profile makes none (Conflict); a private one only
+    for its projects, unless ``any_profile`` (an admin): for any other it
+    is not found.
 
     The INSERT is not sent again on an error: an error that comes after
     the server committed it (a reply lost with the connection) must not
@@ -201,6 +215,11 @@ def create_arqs(context, profile_name, project_id):
     known = _KNOWN_PROFILES.get(profile_name)
     rows = None
     try:
+        if known is not None and not _usable(known, project_id,
+                                             any_profile):
+            # Refused from what this worker read: read again, as another
+            # worker may have changed the profile since.
+            known = None
         if known is not None:
             rows = _new_rows(known, project_id, now)
             with context.db.write_connection(context) as connection:
@@ -212,6 +231,7 @@ def create_arqs(context, profile_name, project_id):
         if rows is None:
             with context.db.write_connection(context) as connection:
                 known = _known_profile(connection, profile_name)
+                _check_usable(known, project_id, any_profile)
                 rows = _new_rows(known, project_id, now)
                 connection.execute(_INSERT_ARQ, rows)
     except (db_exc.DBError, sa.exc.DBAPIError):
@@ -223,7 +243,8 @@ def create_arqs(context, profile_name, project_id):
              'hostname': None, 'device_rp_uuid': None,
              'instance_uuid': None, 'project_id': project_id,
              'created_at': now, 'updated_at': None,
-             'device_profile_name': known[2],
+             'device_profile_name': known.name,
+             'device_profile_revision': known.revision,
              'attach_handle_uuid': None, 'attach_handle_type': None,
              'attach_handle_info': None, 'attach_details': None}
             for r in rows]
@@ -240,15 +261,35 @@ def _all_made(context, rows):
     return found == len(uuids)
 
 
+def _usable(known, project_id, any_profile):
+    return known.enabled and (known.is_public or any_profile
+                              or project_id in known.projects)
+
+
+def _check_usable(known, project_id, any_profile):
+    if not known.is_public and not any_profile and (
+            project_id not in known.projects):
+        # Invisible to the project, as in its lists.
+        raise _profile_not_found(known.name)
+    if not known.enabled:
+        raise exception.Conflict(
+            'Device profile %s is disabled: it makes no new accelerator '
+            'requests.' % known.name, code='cyborg.device_profile.disabled')
+
+
+def _profile_not_found(profile_name):
+    return exception.NotFound(
+        'No device profile named %r exists.' % profile_name,
+        code='cyborg.device_profile.not_found')
+
+
 def _known_profile(connection, profile_name):
-    """(id, uuid, name, counts) of the profile, read and checked; kept in
+    """The ``KnownProfile`` of that name, read and checked; kept in
     ``_KNOWN_PROFILES``."""
     profile = connection.execute(
         _PROFILE_BY_NAME, {'name': profile_name}).one_or_none()
     if profile is None:
-        raise exception.NotFound(
-            'No device profile named %r exists.' % profile_name,
-            code='cyborg.device_profile.not_found')
+        raise _profile_not_found(profile_name)
     # Summed before anything is made of them: a profile stored before
     # counts were capped may ask for millions.
     counts = _units(profile.profile_json['groups'])
@@ -264,7 +305,12 @@ def _known_profile(connection, profile_name):
             'Device profile %s asks for no resources, so there is no '
             'accelerator to request.' % profile_name,
             code='cyborg.arq.nothing_requested')
-    known = (profile.id, profile.uuid, profile.name, tuple(counts))
+    projects = frozenset() if profile.is_public else frozenset(
+        connection.execute(_PROFILE_PROJECTS,
+                           {'profile_id': profile.id}).scalars())
+    known = KnownProfile(profile.id, profile.uuid, profile.name,
+                         tuple(counts), profile.revision, profile.generation,
+                         profile.enabled, profile.is_public, projects)
     if len(_KNOWN_PROFILES) >= _KNOWN_PROFILES_MAX:
         _KNOWN_PROFILES.clear()
     _KNOWN_PROFILES[profile_name] = known
@@ -273,33 +319,37 @@ def _known_profile(connection, profile_name):
 
 def _new_rows(known, project_id, now):
     return [{'uuid': str(uuidlib.uuid4()), 'project_id': project_id,
-             'state': states.INITIAL, 'device_profile_id': known[0],
+             'state': states.INITIAL, 'device_profile_id': known.id,
+             'device_profile_revision': known.revision,
              'device_profile_group_id': index, 'created_at': now}
-            for index, count in enumerate(known[3])
+            for index, count in enumerate(known.counts)
             for _ in range(count)]
 
 
 _NEW_ARQ_COLUMNS = ('uuid', 'project_id', 'state', 'device_profile_id',
-                    'device_profile_group_id', 'created_at')
+                    'device_profile_revision', 'device_profile_group_id',
+                    'created_at')
 
 
 @functools.lru_cache(maxsize=MAX_ARQS_PER_REQUEST)
 def _insert_if_profile(count):
     """INSERT of ``count`` ARQs whose rows exist only if their profile
-    still has the id and uuid given: ``INSERT ... SELECT ... FROM
-    device_profiles WHERE id = :profile_id AND uuid = :profile_uuid``,
-    one SELECT per ARQ (UNION ALL)."""
+    still has the id, uuid and generation given: ``INSERT ... SELECT ...
+    FROM device_profiles WHERE id = :profile_id AND uuid = :profile_uuid
+    AND generation = :profile_generation``, one SELECT per ARQ (UNION
+    ALL)."""
     table = ARQ.__table__
     selects = [
         sa.select(sa.bindparam('uuid_%d' % i, type_=table.c.uuid.type),
                   sa.bindparam('project_id', type_=table.c.project_id.type),
                   sa.bindparam('state', type_=table.c.state.type),
-                  Profile.id,
+                  Profile.id, Profile.revision,
                   sa.bindparam('group_%d' % i, type_=sa.Integer),
                   sa.bindparam('created_at',
                                type_=table.c.created_at.type))
         .where(Profile.id == sa.bindparam('profile_id'),
-               Profile.uuid == sa.bindparam('profile_uuid'))
+               Profile.uuid == sa.bindparam('profile_uuid'),
+               Profile.generation == sa.bindparam('profile_generation'))
         for i in range(count)]
     source = selects[0] if count == 1 else sa.union_all(*selects)
     # The other columns have server defaults, as the plain INSERT's.
@@ -311,7 +361,8 @@ def _checked(known, rows):
     """The parameters of ``_insert_if_profile(len(rows))``."""
     params = {'project_id': rows[0]['project_id'], 'state': rows[0]['state'],
               'created_at': rows[0]['created_at'],
-              'profile_id': known[0], 'profile_uuid': known[1]}
+              'profile_id': known.id, 'profile_uuid': known.uuid,
+              'profile_generation': known.generation}
     for i, row in enumerate(rows):
         params['uuid_%d' % i] = row['uuid']
         params['group_%d' % i] = row['device_profile_group_id']
@@ -505,8 +556,12 @@ def _bind_work(session, where):
                   ARQ.device_profile_id,
                   ARQ.device_profile_group_id,
                   ARQ.attach_handle_id, Profile.name.label('profile_name'),
-                  Profile.profile_json)
+                  Revision.profile_json)
         .join(Profile, Profile.id == ARQ.device_profile_id)
+        # The groups of the revision the ARQ was made from.
+        .join(Revision, sa.and_(
+            Revision.device_profile_id == ARQ.device_profile_id,
+            Revision.revision == ARQ.device_profile_revision))
         .where(where).order_by(ARQ.id)).all()
     work = []
     for row in rows:

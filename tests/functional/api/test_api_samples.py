@@ -236,6 +236,49 @@ def test_device_profiles(api):
     assert deleted.body == b''
 
 
+def test_device_profile_changes(api):
+    v27 = version('2.7')
+    created = api.post_json(PROFILES, NEW_PROFILE, headers={**ADMIN, **v27},
+                            status=201)
+    check('device-profile-get-v2.7-resp.json', api.get(
+        PROFILES + '/' + PROFILE_NAME, headers={**ADMIN, **v27}).json)
+    change = {'description': 'Two FPGA regions of the fake driver',
+              'groups': [{'resources:FPGA': '2',
+                          'trait:CUSTOM_FAKE_DEVICE': 'required'}]}
+    check('device-profile-update-req.json', change)
+    check('device-profile-update-resp.json', api.patch_json(
+        PROFILES + '/' + PROFILE_NAME, change, headers={**ADMIN, **v27},
+        status=200).json)
+    check('device-profile-revisions-resp.json', api.get(
+        PROFILES + '/' + PROFILE_NAME + '/revisions',
+        headers={**MEMBER, **v27}).json)
+
+    private = {'is_public': False}
+    check('device-profile-private-req.json', private)
+    api.patch_json(PROFILES + '/' + PROFILE_NAME, private,
+                   headers={**ADMIN, **v27}, status=200)
+    share = {'project_id': PROJECT}
+    check('device-profile-projects-add-req.json', share)
+    check('device-profile-projects-add-resp.json', api.post_json(
+        PROFILES + '/' + PROFILE_NAME + '/projects', share,
+        headers={**ADMIN, **v27}, status=201).json)
+    check('device-profile-projects-list-resp.json', api.get(
+        PROFILES + '/' + created.json['uuid'] + '/projects',
+        headers={**ADMIN, **v27}).json)
+    arqs = api.post_json(ARQS, {'device_profile_name': PROFILE_NAME},
+                         headers={**MEMBER, **v27}, status=201)
+    check('arqs-create-v2.7-resp.json', arqs.json)
+    api.delete(PROFILES + '/' + PROFILE_NAME + '/projects/' + PROJECT,
+               headers={**ADMIN, **v27}, status=204)
+
+    api.patch_json(PROFILES + '/' + PROFILE_NAME,
+                   {'is_public': True, 'enabled': False},
+                   headers={**ADMIN, **v27}, status=200)
+    check('error-409-disabled-resp.json', api.post_json(
+        ARQS, {'device_profile_name': PROFILE_NAME}, headers=MEMBER,
+        status=409).json)
+
+
 def test_accelerator_requests(api, rp_uuid, arq_conductor):
     create_profile(api)
     new_arqs = {'device_profile_name': PROFILE_NAME}

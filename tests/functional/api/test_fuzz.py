@@ -33,6 +33,8 @@ from cyborg.api import microversion
 from cyborg.db import models
 from cyborg.db.api import arqs as arqs_db
 from cyborg.db.api import device_config_policies as config_policies_db
+from cyborg.db.api import device_profile_access as profile_access_db
+from cyborg.db.api import device_profiles as profiles_db
 from tests import arq_stack
 from tests import conftest
 from tests import inventory_rows
@@ -117,6 +119,9 @@ def seed(db, served):
         {'resources:FPGA': '1', 'trait:CUSTOM_FAKE_DEVICE': 'required'}])
     arqs = [arq['uuid'] for _ in range(3)
             for arq in arqs_db.create_arqs(context, PROFILE, PROJECT)]
+    # Private, shared with the project: its list of projects exists.
+    profiles_db.update_profile(context, {'is_public': False}, name=PROFILE)
+    profile_access_db.add_project(context, PROJECT, name=PROFILE)
     bound = requests.patch(served.url + arq_stack.ARQS, headers=ADMIN,
                            json=arq_stack.bind_body(
                                arqs[:1], arq_stack.deployable_rp(db, device),
@@ -134,6 +139,7 @@ def seed(db, served):
         'restore_on_delete': False})
     return {
         'device_profile': [profile_uuid, PROFILE],
+        'project_id': [PROJECT, PROJECT],
         'arq_uuid': arqs,
         'device_uuid': [device.uuid],
         'deployable_uuid': [deployable.uuid],

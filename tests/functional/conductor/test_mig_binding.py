@@ -10,10 +10,13 @@ traits must say, after every bind and unbind, which profiles the card
 can still create.
 """
 
+import uuid
+
 import pytest
 
 from cyborg.conductor import mig
 from tests import arq_stack
+from tests.arq_stack import ARQS
 from tests.functional.conductor import mig_host
 from tests.functional.conductor.mig_host import HOST
 from tests.placement_service import placement  # noqa: F401
@@ -98,3 +101,36 @@ def test_a_bind_the_card_cannot_place_fails_with_that_reason(rig):
 
     assert refused['state'] == 'BindFailed'
     assert len(rig.held()) == 1
+
+
+def test_an_arq_binds_by_the_profile_revision_it_was_made_from(rig):
+    """A profile changed from 1g.10gb to 2g.20gb between the creation
+    and the bind of an ARQ: that ARQ still gets a 1g.10gb instance,
+    while one made after the change gets a 2g.20gb."""
+    v27 = {'OpenStack-API-Version': 'accelerator 2.7'}
+    made_before = rig.bind('1g.10gb')
+    waiting, = rig.api.post_json(ARQS, {
+        'device_profile_name': 'mig-1g.10gb'}, headers=v27).json['arqs']
+    assert waiting['device_profile_revision'] == 1
+
+    updated = rig.api.patch_json('/v2/device_profiles/mig-1g.10gb', {
+        'groups': [{'resources:CUSTOM_MIG_COMPUTE_SLICE': '2',
+                    'resources:CUSTOM_MIG_MEMORY_SLICE': '2',
+                    'trait:CUSTOM_MIG_PROFILE_2G_20GB': 'required'}]},
+        headers=v27).json['device_profile']
+    assert updated['revision'] == 2
+
+    instance = str(uuid.uuid4())
+    rig.api.patch_json(ARQS, arq_stack.bind_body([waiting], rig.rp,
+                                                 instance, HOST))
+    old, = arq_stack.wait_resolved(rig.api, instance)
+    new = rig.bind('1g.10gb')
+
+    assert [a['state'] for a in (made_before, old, new)] == ['Bound'] * 3
+    assert [a['attach_handle_info']['mig_profile']
+            for a in (made_before, old, new)] == [
+        '1g.10gb', '1g.10gb', '2g.20gb']
+    assert sorted(profile for profile, _ in rig.held().values()) == [
+        '1g.10gb', '1g.10gb', '2g.20gb']
+    shown = rig.api.get(ARQS + '/' + new['uuid'], headers=v27).json
+    assert shown['device_profile_revision'] == 2

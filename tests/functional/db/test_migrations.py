@@ -170,6 +170,55 @@ def test_foreign_keys_restrict_deletes(database_url):
         db.dispose()
 
 
+def test_profiles_made_before_revisions_get_their_first(database_url):
+    """The profiles and ARQs of a database migrated before revisions
+    existed: each profile gets revision 1, holding what it holds, and
+    each ARQ binds by it."""
+    migration.upgrade(database_url, 'e1f4b8a2c6d0')
+    groups = '{"groups": [{"resources:FPGA": "1"}]}'
+
+    def store(connection):
+        connection.execute(sa.text(
+            "INSERT INTO device_profiles (uuid, name, description, "
+            "profile_json, created_at) VALUES (:uuid, 'old', 'kept', "
+            ":groups, :now)"), {'uuid': str(uuid.uuid4()), 'groups': groups,
+                                'now': models.utcnow()})
+        profile_id = connection.execute(sa.text(
+            "SELECT id FROM device_profiles")).scalar_one()
+        connection.execute(sa.text(
+            "INSERT INTO extended_accelerator_requests (uuid, state, "
+            "device_profile_id, device_profile_group_id, created_at) "
+            "VALUES (:uuid, 'Initial', :profile, 0, :now)"),
+            {'uuid': str(uuid.uuid4()), 'profile': profile_id,
+             'now': models.utcnow()})
+        connection.commit()
+
+    _with_connection(database_url, store)
+    migration.upgrade(database_url)
+
+    def read(connection):
+        return (connection.execute(sa.select(
+            models.DeviceProfile.revision, models.DeviceProfile.generation,
+            models.DeviceProfile.enabled,
+            models.DeviceProfile.is_public)).one(),
+            connection.execute(sa.select(
+                models.DeviceProfileRevision.revision,
+                models.DeviceProfileRevision.name,
+                models.DeviceProfileRevision.description,
+                models.DeviceProfileRevision.profile_json,
+                models.DeviceProfileRevision.reason)).all(),
+            connection.execute(sa.select(
+                models.ExtendedAcceleratorRequest.device_profile_revision)
+            ).scalars().all())
+
+    profile, revisions, arq_revisions = _with_connection(database_url, read)
+    assert tuple(profile) == (1, 1, True, True)
+    assert [tuple(r) for r in revisions] == [
+        (1, 'old', 'kept', {'groups': [{'resources:FPGA': '1'}]},
+         'created')]
+    assert arq_revisions == [1]
+
+
 # --- version, stamp, upgrade ----------------------------------------------
 
 def test_version_is_none_then_head(database_url):

@@ -216,6 +216,16 @@ def test_a_deleted_profile_id_is_never_given_again(db, admin_context):
     assert db.read_rows(admin_context, sa.select(Profile.c.id))[0].id > old
 
 
+# The two tables as revision a4b8c2d6e0f1 has them (the columns written).
+_OLD_PROFILE = sa.table('device_profiles', sa.column('id'), sa.column('uuid'),
+                        sa.column('name'), sa.column('profile_json'),
+                        sa.column('created_at'))
+_OLD_ARQ = sa.table('extended_accelerator_requests', sa.column('uuid'),
+                    sa.column('state'), sa.column('device_profile_id'),
+                    sa.column('device_profile_group_id'),
+                    sa.column('created_at'))
+
+
 def test_the_migration_keeps_rows_and_counts_on(database_url):
     migration.upgrade(database_url, 'a4b8c2d6e0f1')
     engine = sa.create_engine(database_url)
@@ -223,10 +233,12 @@ def test_the_migration_keeps_rows_and_counts_on(database_url):
     try:
         with engine.begin() as connection:
             for name in ('p1', 'p2'):
-                _add(connection, name)
+                connection.execute(sa.insert(_OLD_PROFILE).values(
+                    uuid=name, name=name, profile_json='{"groups": []}',
+                    created_at=now))
             profile_id = connection.execute(sa.select(sa.func.max(
-                Profile.c.id))).scalar_one()
-            connection.execute(sa.insert(ARQ), [
+                _OLD_PROFILE.c.id))).scalar_one()
+            connection.execute(sa.insert(_OLD_ARQ), [
                 {'uuid': 'a%d' % i, 'state': 'Initial',
                  'device_profile_id': profile_id,
                  'device_profile_group_id': 0, 'created_at': now}

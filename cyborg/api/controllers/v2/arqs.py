@@ -22,6 +22,7 @@ from cyborg.api import request_body
 from cyborg.api import uuids
 from cyborg.api import views
 from cyborg.api.controllers import resource
+from cyborg.api.controllers.v2 import device_profiles
 from cyborg.db.api import arqs as db
 from cyborg.notifications import emit
 
@@ -31,8 +32,8 @@ PROJECT_FROM_VERSION = (2, 1)
 RESOLVED = 'resolved'
 
 
-def _view(arq, base_url):
-    return {
+def _view(arq, base_url, version):
+    view = {
         'uuid': arq['uuid'],
         'state': arq['state'],
         'device_profile_name': arq['device_profile_name'],
@@ -52,6 +53,9 @@ def _view(arq, base_url):
         'links': views.self_link(base_url, 'accelerator_requests',
                                  arq['uuid']),
     }
+    if version >= device_profiles.REVISIONS_FROM:
+        view['device_profile_revision'] = arq['device_profile_revision']
+    return view
 
 
 def _uuid(value, what):
@@ -229,7 +233,8 @@ class AcceleratorRequestsController(resource.ResourceController):
                     code='cyborg.arq.unresolved')
         base = views.base_url(request)
         return collection.listing(request, 'arqs',
-                                  [_view(a, base) for a in arqs], page)
+                                  [_view(a, base, request.version)
+                                   for a in arqs], page)
 
     @expose.json()
     def get_one(self, key, **params):
@@ -240,7 +245,7 @@ class AcceleratorRequestsController(resource.ResourceController):
         except exception.Invalid:
             raise db.not_found(key) from None
         arq = db.get_arq(request.context, uuid, _project_scope(request))
-        return _view(arq, views.base_url(request))
+        return _view(arq, views.base_url(request), request.version)
 
     @expose.json()
     def post(self, **params):
@@ -270,13 +275,16 @@ class AcceleratorRequestsController(resource.ResourceController):
             raise exception.NotFound(
                 'No device profile is named: device_profile_name is '
                 'missing or empty.', code='cyborg.device_profile.not_found')
-        created = db.create_arqs(request.context, name,
-                                 _caller_project(request))
+        created = db.create_arqs(
+            request.context, name, _caller_project(request),
+            any_profile=request.is_allowed(
+                device_profiles.ALL_PROFILES_RULE))
         emit.arqs_created(request.app_state.notifier, request.context,
                           created)
         pecan.response.status = 201
         base = views.base_url(request)
-        return {'arqs': [_view(a, base) for a in created]}
+        return {'arqs': [_view(a, base, request.version)
+                         for a in created]}
 
     @expose.json()
     def patch_all(self, **params):
