@@ -55,9 +55,9 @@ ADMIN = {'X-Roles': 'admin,manager,member,reader', 'X-Project-Id': PROJECT,
 VERSIONS = [version for version, _ in microversion.VERSIONS]
 MODES = (schemathesis.GenerationMode.POSITIVE,
          schemathesis.GenerationMode.NEGATIVE)
-# Examples per operation, mode and microversion: about 2,300 requests
+# Examples per operation, mode and microversion: about 2,500 requests
 # in all, the document's own examples included.
-EXAMPLES = 5
+EXAMPLES = 4
 MIN_REQUESTS = 2000
 # 5xx answers are counted apart, each one a failure.
 CHECKS = [openapi_checks.status_code_conformance,
