@@ -24,6 +24,10 @@ code, and change nothing:
   fails or finishes those, and the check says how many there are.
 - Online data migrations: ``cyborg-dbsync online_data_migrations`` has
   nothing left to do.
+- Device profile names: every resource class and required trait a
+  profile names is one some device of this service publishes (a custom
+  name that became a standard one, or a driver that stopped publishing
+  it, leaves ARQs of the profile with no host).
 - Services: a conductor is alive (a heartbeat younger than ``[DEFAULT]
   service_down_time``) once any has registered; dead conductors and
   agents, and live ones of one kind speaking different RPC versions (an
@@ -55,6 +59,7 @@ from cyborg.conf import placement as placement_conf
 from cyborg.db import migration
 from cyborg.db import models
 from cyborg.db import online_migrations
+from cyborg.db.api import profile_renames
 from cyborg.db.api import services as services_db
 
 Code = upgradecheck.Code
@@ -377,6 +382,27 @@ class UpgradeChecks(upgradecheck.UpgradeCommands):
         return Result(Code.SUCCESS, 'No online data migration has rows '
                       'left.')
 
+    def _check_profile_names(self):
+        missing, problem = self._read(profile_renames.unpublished)
+        if problem:
+            return problem
+        if missing:
+            shown = '; '.join(
+                'device profile %s names %s' % (profile, ', '.join(
+                    '%s %s' % ('resource class' if kind == 'resources'
+                               else 'trait', name)
+                    for kind, name in names))
+                for profile, names in sorted(missing.items()))
+            return Result(Code.WARNING, 'No device publishes what some '
+                          'device profiles ask for (%s): their accelerator '
+                          'requests find no host. Fix the profiles (PATCH, '
+                          'microversion 2.7) or the devices, or run '
+                          '"cyborg-dbsync online_data_migrations" where a '
+                          'custom name became a standard one.' % shown)
+        return Result(Code.SUCCESS, 'Every resource class and required '
+                      'trait that a device profile names is published by '
+                      'a device.')
+
     # -- conductors and agents ---------------------------------------------
 
     def _check_services(self):
@@ -432,6 +458,7 @@ class UpgradeChecks(upgradecheck.UpgradeCommands):
         ('Placement API', _check_placement),
         ('Stale accelerator requests', _check_stale_arqs),
         ('Online data migrations', _check_online_migrations),
+        ('Device profile names', _check_profile_names),
         ('Services', _check_services),
     )
 

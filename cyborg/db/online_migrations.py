@@ -24,6 +24,7 @@ import sqlalchemy as sa
 
 from cyborg import states
 from cyborg.db import models
+from cyborg.db.api import profile_renames
 
 LOG = logging.getLogger(__name__)
 
@@ -53,8 +54,7 @@ def fill_bind_started_at(context, max_count):
     ``updated_at`` is kept as it was.
 
     An honest note: only ARQs that were being bound while the schema was
-    upgraded need this, so on most deployments it finds nothing. It is
-    also the only online migration so far.
+    upgraded need this, so on most deployments it finds nothing.
     """
     with context.db.writer(context) as session:
         ids = session.execute(
@@ -90,6 +90,10 @@ class OnlineMigration(typing.NamedTuple):
 MIGRATIONS = (
     OnlineMigration('fill_bind_started_at', fill_bind_started_at,
                     bind_started_at_unknown),
+    # Profiles whose custom names became standard ones, once the
+    # providers publish the standard names (profile_renames).
+    OnlineMigration('standard_profile_names', profile_renames.rename,
+                    profile_renames.pending),
 )
 
 

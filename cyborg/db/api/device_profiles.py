@@ -203,16 +203,20 @@ UPDATABLE = ('name', 'description', 'groups', 'enabled', 'is_public')
 _REVISED = ('name', 'description', 'groups')
 
 
-def update_profile(context, changes, uuid=None, name=None):
+def update_profile(context, changes, uuid=None, name=None,
+                   expected_revision=None, reason=UPDATED):
     """Apply ``changes`` ({field of ``UPDATABLE``: new value}, groups
     checked by the caller) to the profile with this uuid or name, in one
     transaction; returns the profile as it is now.
 
     A change of name, description or groups makes a new revision, kept;
     every change bumps the generation; a change to what a profile already
-    holds changes nothing. A rename is refused (Conflict) while ARQs of
-    the profile exist: a flavor naming the old name would otherwise find
-    nothing, or another profile made later under that name. Making a
+    holds changes nothing. With ``expected_revision``, a profile at another
+    revision is left alone and None returned (a compare-and-set: an
+    online data migration's). ``reason`` is the new revision's. A rename
+    is refused (Conflict) while ARQs of the profile exist: a flavor naming
+    the old name would otherwise find nothing, or another profile made
+    later under that name. Making a
     profile public drops its project list.
     """
     column, value = key_of(uuid, name)
@@ -223,6 +227,9 @@ def update_profile(context, changes, uuid=None, name=None):
                 .with_for_update()).one_or_none()
             if profile is None:
                 raise not_found(uuid, name)
+            if (expected_revision is not None
+                    and profile.revision != expected_revision):
+                return None
             old_name = profile.name
             wanted = dict(changes)
             if 'groups' in wanted:
@@ -238,7 +245,7 @@ def update_profile(context, changes, uuid=None, name=None):
             if any(f in changed for f in ('name', 'description',
                                           'profile_json')):
                 profile.revision += 1
-                session.add(_revision_of(profile, UPDATED))
+                session.add(_revision_of(profile, reason))
             if changed.get('is_public') is True:
                 session.execute(sa.delete(ProfileProject).where(
                     ProfileProject.device_profile_id == profile.id))

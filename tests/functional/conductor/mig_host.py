@@ -13,13 +13,12 @@ from cyborg.accelerator.drivers.gpu import nvidia
 from cyborg.conductor import host_sync
 from cyborg.conductor import placement_sync
 from cyborg.privsep import checks
-from cyborg.privsep import mig as privsep_mig
 from tests import arq_stack
 from tests import inventory_rows
 from tests.arq_stack import ARQS
 from tests.placement_service import create_compute_node
+from tests.unit.drivers import conftest as drivers_conftest
 from tests.unit.drivers.trees import hosts
-from tests.unit.drivers.trees import sysfs
 
 HOST = 'gpu-host'
 H100 = hosts.H100.bdf
@@ -34,11 +33,8 @@ def mig_host(conf, db, tmp_path, monkeypatch, admin_context, privileged_on,
     (Placement's), ``sync`` (the ``HostSync``) and ``rp`` (the slices'
     provider)."""
     root = tmp_path / 'host'
-    sysfs.build(root, [f for f in hosts.H100_HOST
-                       if f.bdf in {H100, hosts.H100.parent}])
-    library = mig_nvml(H100)
-    privileged_on(str(root))
-    monkeypatch.setattr(privsep_mig, '_cards', {})
+    library = drivers_conftest.h100_on_demand_host(
+        root, monkeypatch, privileged_on, mig_nvml)
     daemon = checks.daemon_conf()
     daemon.set_override('mig_on_demand_addresses', [H100],
                         group='gpu_devices')

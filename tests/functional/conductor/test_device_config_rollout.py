@@ -306,6 +306,27 @@ def test_two_hosts_with_one_draining_at_a_time_are_done_in_turn(
     assert nic_inventory(placement.adapter(), 'io-host-2') == (8, 0)
 
 
+def test_a_failed_playbook_leaves_the_device_out_with_its_task_named(
+        rig, admin_context, placement):  # noqa: F811
+    api, rollout, kernel = rig.api, rig.rollout, rig.kernel
+    # The kernel refuses to show the count: its file is not readable.
+    os.unlink(kernel.numvfs_file())
+    os.mkdir(kernel.numvfs_file())
+
+    made = create_policy(api)
+    rollout.run_pass(admin_context)
+
+    row = status(api, made['uuid'])
+    assert row['state'] == 'failed', row
+    assert row['failed_task'] == 'Read the VF count'
+    assert 'cannot read' in row['message']
+    assert row['applied_settings'] is None
+    # Out of scheduling until the operator acts.
+    assert nic_inventory(placement.adapter()) == (4, 4)
+    rollout.run_pass(admin_context)
+    assert status(api, made['uuid'])['state'] == 'failed'
+
+
 class _Owns:
     """A ring membership that owns the hosts named."""
 

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from cyborg import states
 from cyborg.db import migration
 from cyborg.db import models
+from tests import inventory_rows
 from tests.conftest import create_schema
 from tests.functional.db import test_online_migrations as old_rows
 from tests.placement_service import placement  # noqa: F401
@@ -33,6 +34,7 @@ POLICY = 'Policy file'
 PLACEMENT = 'Placement API'
 STALE = 'Stale accelerator requests'
 ONLINE = 'Online data migrations'
+PROFILE_NAMES = 'Device profile names'
 SERVICES = 'Services'
 
 SUCCESS, WARNING, FAILURE = 0, 1, 2
@@ -103,9 +105,10 @@ def test_a_ready_deployment_passes(db_url, placement_url, tmp_path):  # noqa: F8
 
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    for name in (SCHEMA, POLICY, PLACEMENT, STALE, ONLINE, SERVICES):
+    for name in (SCHEMA, POLICY, PLACEMENT, STALE, ONLINE, PROFILE_NAMES,
+                 SERVICES):
         assert 'Check: %s' % name in out
-    assert out.count('Result: Success') == 6
+    assert out.count('Result: Success') == 7
     assert 'Warning' not in out and 'Failure' not in out
     code, checks = _checks(config)
     assert code == 0
@@ -346,9 +349,12 @@ def test_a_placement_too_old_fails(sqlite_db_url, placement, tmp_path):  # noqa:
 # --- accelerator requests -------------------------------------------------
 
 def _insert_arqs(url, arqs):
-    """ARQs of one new device profile; ``arqs`` are column values."""
+    """ARQs of one new device profile of the fake FPGA, which a host
+    publishes; ``arqs`` are column values."""
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:
+        inventory_rows.add_host(engine, 'fpga-host',
+                                inventory_rows.fake_devices())
         with engine.begin() as connection:
             profile = connection.execute(
                 sa.insert(models.DeviceProfile.__table__).values(
@@ -426,6 +432,7 @@ def test_pending_online_migrations_warn(database_url, placement_url,  # noqa: F8
         {'state': states.BIND_STARTED, 'created_at': _ago(7200),
          'updated_at': _ago(10)}])
     migration.upgrade(database_url)
+    _publish_the_fake_fpga(database_url)
     config = _config(tmp_path, database_url, placement_url)
 
     code, checks = _checks(config)
@@ -448,6 +455,46 @@ def test_pending_online_migrations_warn(database_url, placement_url,  # noqa: F8
 
     code, checks = _checks(config)
     assert code == 0, checks
+
+
+def _publish_the_fake_fpga(url):
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        inventory_rows.add_host(engine, 'fpga-host',
+                                inventory_rows.fake_devices())
+    finally:
+        engine.dispose()
+
+
+# --- device profiles ------------------------------------------------------
+
+def test_profiles_naming_what_no_device_publishes_warn(db_url, tmp_path):
+    _publish_the_fake_fpga(db_url)
+    engine = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as connection:
+            for name, groups in (
+                    ('fpga', [{'resources:FPGA': '1',
+                               'trait:CUSTOM_FAKE_DEVICE': 'required'}]),
+                    ('vulkan', [{'resources:CUSTOM_PGPU': '1',
+                                 'trait:CUSTOM_HW_GPU_API_VULKAN':
+                                     'required'}])):
+                connection.execute(sa.insert(
+                    models.DeviceProfile.__table__).values(
+                        uuid=str(uuid.uuid4()), name=name,
+                        profile_json={'groups': groups}))
+    finally:
+        engine.dispose()
+
+    code, checks = _checks(_config(tmp_path, db_url))
+
+    assert checks[PROFILE_NAMES] == (WARNING, (
+        'No device publishes what some device profiles ask for (device '
+        'profile vulkan names resource class CUSTOM_PGPU, trait '
+        'CUSTOM_HW_GPU_API_VULKAN): their accelerator requests find no '
+        'host. Fix the profiles (PATCH, microversion 2.7) or the devices, '
+        'or run "cyborg-dbsync online_data_migrations" where a custom name '
+        'became a standard one.'))
 
 
 # --- services ---------------------------------------------------------------

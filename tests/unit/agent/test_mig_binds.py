@@ -19,9 +19,9 @@ from cyborg.privsep import checks
 from cyborg.privsep import mig as privsep_mig
 from tests.unit.agent.conftest import HOST
 from tests.unit.agent.conftest import agent_conf
+from tests.unit.drivers import conftest as drivers_conftest
 from tests.unit.drivers.conftest import mig_nvml  # noqa: F401
 from tests.unit.drivers.trees import hosts
-from tests.unit.drivers.trees import sysfs
 
 H100 = hosts.H100.bdf
 DRIVER = 'nvidia_gpu_driver'
@@ -83,12 +83,8 @@ def daemon_lists_h100():
 def card(tmp_path, monkeypatch, serve_agent, privileged_on, mig_nvml,  # noqa: F811
          daemon_lists_h100):
     root = tmp_path / 'host'
-    sysfs.build(root, [f for f in hosts.H100_HOST
-                       if f.bdf in {H100, hosts.H100.parent}])
-    library = mig_nvml(H100)
-    privileged_on(str(root))
-    # The daemon's cards of an earlier test knew another stand-in.
-    monkeypatch.setattr(privsep_mig, '_cards', {})
+    library = drivers_conftest.h100_on_demand_host(
+        root, monkeypatch, privileged_on, mig_nvml)
     conf = agent_conf(ON_DEMAND)
     driver = nvidia.NvidiaGPUDriver(conf, pci.PCIReader(str(root)))
     return Card(serve_agent(conf, [driver]), driver, library)

@@ -176,3 +176,18 @@ def mig_nvml(monkeypatch):
             library.add_gpu(address)
         return nvml_standin.install(monkeypatch, library)
     return install
+
+
+def h100_on_demand_host(root, monkeypatch, privileged_on, mig_nvml):
+    """The recorded H100 host's GPU (and its bridge) written at ``root``,
+    the stand-in serving it with its MIG behaviour, and the agent's
+    privileged calls running in the test process on that tree, with no
+    card an earlier test's daemon knew. Returns the stand-in."""
+    from cyborg.privsep import mig as privsep_mig
+
+    sysfs.build(root, [f for f in hosts.H100_HOST
+                       if f.bdf in {hosts.H100.bdf, hosts.H100.parent}])
+    library = mig_nvml(hosts.H100.bdf)
+    privileged_on(str(root))
+    monkeypatch.setattr(privsep_mig, '_cards', {})
+    return library
