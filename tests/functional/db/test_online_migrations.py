@@ -178,7 +178,9 @@ def test_migrated_binds_are_timed_out_by_recovery(old_binds):
         outcomes = online_migrations.run(context)
 
         assert [(o.name, o.found, o.done, o.failed) for o in outcomes] == [
-            ('fill_bind_started_at', 7, 7, False)]
+            ('fill_bind_started_at', 7, 7, False),
+            # No device publishes a standard name its profile could take.
+            ('standard_profile_names', 0, 0, False)]
         failed = arq_api.fail_stale_binds(context, 300)
         assert sorted(a['uuid'] for a in failed) == sorted(old)
         states_now = {u: r.state for u, r in _arq_rows(url).items()}
