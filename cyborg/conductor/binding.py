@@ -47,6 +47,7 @@ from oslo_log import log
 from cyborg import exception
 from cyborg import service
 from cyborg import states
+from cyborg.accelerator.drivers.gpu import mig_nvml
 from cyborg.conductor import bitstreams
 from cyborg.conductor import membership as membership_module
 from cyborg.conductor import mig
@@ -448,11 +449,18 @@ class Binder:
         # A bind resumed after a crash finds the instance it made.
         made = db.attach_details_of(context, item['id'])
         if made is None:
-            answer = self.agent.prepare_attach_handle(
-                context, deployable['hostname'], deployable['driver_name'],
-                _handle_payload(handle), item['uuid'], request={
-                    'mig_profile': profile,
-                    'placement_rule': self.conf.conductor.mig_placement_rule})
+            try:
+                answer = self.agent.prepare_attach_handle(
+                    context, deployable['hostname'],
+                    deployable['driver_name'], _handle_payload(handle),
+                    item['uuid'], request={
+                        'mig_profile': profile,
+                        'placement_rule':
+                            self.conf.conductor.mig_placement_rule})
+            except mig_nvml.MIGRefused:
+                self.metrics.mig_instances.labels('refused').inc()
+                raise
+            self.metrics.mig_instances.labels('created').inc()
             try:
                 made = mig.kept_details(answer)
             except ValueError as exc:
@@ -813,6 +821,7 @@ class Binder:
         answer = self.agent.release_attach_handle(
             context, host, driver_name, _handle_payload(handle), arq_uuid,
             details=details)
+        self.metrics.mig_instances.labels('destroyed').inc()
         deployable = db.deployable_of_handle(context, handle['uuid'])
         if deployable is not None and isinstance(answer, dict):
             self._follow_mig_traits(context, deployable,

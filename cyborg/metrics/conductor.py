@@ -10,7 +10,10 @@ start and a rate over it is never "no data":
   or finished by someone else meanwhile), ``interrupted`` (the service
   stopped; the next start finishes it), ``overdue`` (failed by recovery
   past its deadline);
-- recovery runs: ``ok``, ``database_down``, ``error``.
+- recovery runs: ``ok``, ``database_down``, ``error``;
+- MIG instances made on demand: ``created`` and ``destroyed`` by an
+  agent for a bind and its release, ``refused`` by the card (no start
+  free for the profile: the bind fails).
 """
 
 import time
@@ -24,6 +27,7 @@ RECOVERY_WORKERS = ('bind-takeover', 'overdue-binds', 'deletions',
                     'nova-events')
 RUN_OUTCOMES = ('ok', 'database_down', 'error')
 PLACEMENT_METHODS = ('GET', 'POST', 'PUT', 'DELETE')
+MIG_OUTCOMES = ('created', 'destroyed', 'refused')
 
 # A report is a diff and a Placement sync: milliseconds to a minute.
 REPORT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -75,6 +79,13 @@ class ConductorMetrics:
             'cyborg_placement_requests', 'HTTP calls to Placement, by '
             'method and answer status ("error": no answer).',
             ['method', 'status'], **on)
+        self.mig_instances = prometheus_client.Counter(
+            'cyborg_conductor_mig_instances', 'MIG instances made on '
+            'demand that this conductor asked agents for, by outcome: '
+            'created, destroyed, or refused by the card.', ['outcome'],
+            **on)
+        for outcome in MIG_OUTCOMES:
+            self.mig_instances.labels(outcome)
         for outcome in REPORT_OUTCOMES:
             self.reports.labels(outcome)
         for outcome in BIND_OUTCOMES:

@@ -15,6 +15,7 @@ import uuid
 import pytest
 
 from cyborg.conductor import mig
+from cyborg.metrics import conductor as conductor_metrics
 from tests import arq_stack
 from tests.arq_stack import ARQS
 from tests.functional.conductor import mig_host
@@ -29,9 +30,16 @@ SLICES = {'1g.10gb': (1, 1), '3g.40gb': (3, 4), '4g.40gb': (4, 4),
 
 class Rig(mig_host.Tenant):
 
-    def __init__(self, api, library, placement_client, rp):
+    def __init__(self, api, library, placement_client, rp, metrics):
         super().__init__(api, library, rp)
         self.placement = placement_client
+        self.metrics = metrics
+
+    def counted(self):
+        """{outcome: MIG instances the conductor counted}."""
+        return {outcome: self.metrics.registry.get_sample_value(
+            'cyborg_conductor_mig_instances_total', {'outcome': outcome})
+            for outcome in conductor_metrics.MIG_OUTCOMES}
 
     def offered(self):
         """The profiles Placement says the GPU can still create."""
@@ -44,12 +52,13 @@ class Rig(mig_host.Tenant):
 @pytest.fixture
 def rig(conf, db, tmp_path, monkeypatch, admin_context, privileged_on,
         mig_nvml, placement):  # noqa: F811
+    metrics = conductor_metrics.ConductorMetrics()
     with mig_host.mig_host(conf, db, tmp_path, monkeypatch, admin_context,
                            privileged_on, mig_nvml, placement,
                            SLICES) as host, arq_stack.serving_with_agent(
             conf, db, HOST, [host.driver], agent_args={'glance': None},
-            binder_args={'sync': host.sync}) as api:
-        yield Rig(api, host.library, host.client, host.rp)
+            binder_args={'sync': host.sync, 'metrics': metrics}) as api:
+        yield Rig(api, host.library, host.client, host.rp, metrics)
 
 
 def test_each_bind_gets_its_own_instance_and_the_traits_follow(rig):
@@ -85,6 +94,7 @@ def test_each_bind_gets_its_own_instance_and_the_traits_follow(rig):
     assert len(rig.held()) == 4
     assert rig.offered() == ['1g.10gb', '1g.10gb+me', '1g.20gb', '2g.20gb',
                              '3g.40gb']
+    assert rig.counted() == {'created': 5, 'destroyed': 1, 'refused': 0}
 
 
 # The refusal is the card's: one engine is enough.
@@ -101,6 +111,7 @@ def test_a_bind_the_card_cannot_place_fails_with_that_reason(rig):
 
     assert refused['state'] == 'BindFailed'
     assert len(rig.held()) == 1
+    assert rig.counted() == {'created': 1, 'destroyed': 0, 'refused': 1}
 
 
 def test_an_arq_binds_by_the_profile_revision_it_was_made_from(rig):
