@@ -66,6 +66,7 @@ from cyborg import version as cyborg_version
 from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers import loader
 from cyborg.accelerator.drivers import pci
+from cyborg.accelerator.drivers.gpu import mig_nvml
 from cyborg.agent import device_config
 from cyborg.agent import mig_restore
 from cyborg.agent import rpcapi as agent_rpcapi
@@ -252,8 +253,15 @@ class AgentManager:
         if request is not None:
             extra['request'] = kinds[0].load(request) if kinds else request
         with self._handle_lock(driver_name, handle):
-            made = driver.prepare_attach_handle(device, handle, uuid,
-                                                **extra)
+            try:
+                made = driver.prepare_attach_handle(device, handle, uuid,
+                                                    **extra)
+            except mig_nvml.MIGRefused:
+                # Placement offered a profile the card cannot place now:
+                # what it can still create goes out at once, not at the
+                # next periodic report.
+                self.request_report()
+                raise
             if made and handle.attach_type == mig_restore.MIG:
                 # Not an orphan for a restore that runs after this bind.
                 self.mig_restore.made(driver_name, _pci_address(

@@ -207,6 +207,26 @@ def test_a_full_card_says_it_has_no_room(card):
         'leaving 0 compute and 0 memory slices and no media engine.' % H100)
 
 
+def mig_traits(snapshot):
+    """The MIG profile traits of the GPU's provider in a report."""
+    return sorted(trait for device in snapshot['devices']
+                  for deployable in device['deployables']
+                  for trait in deployable.get('traits') or ()
+                  if trait.startswith('CUSTOM_MIG_PROFILE_'))
+
+
+def test_a_refused_bind_reports_what_the_card_can_create_at_once(card):
+    # The card filled behind the service's back: what was reported last
+    # still offers 1g.10gb.
+    mig_ops.MIGCard(H100).create('7g.80gb', 0)
+
+    with pytest.raises(mig_ops.MIGRefused):
+        card.bind('1g.10gb')
+
+    # Asked at once, on a thread of its own: nothing creatable now.
+    assert mig_traits(card.agent.conductor.next()) == []
+
+
 def test_binds_racing_on_one_card_get_instances_of_their_own(card):
     # The agent holds one lock per card; the daemon holds its own, for
     # calls from every agent thread.
