@@ -62,10 +62,14 @@ def listed_profiles(context, names=None, project_id=None, **page):
     ``enabled`` and ``is_public`` as the driver gives them. With
     ``project_id``, only what that project sees (``visible_to``); None
     for an admin's list of every profile."""
-    if not names and page.get('marker') is None and project_id is None:
-        return context.db.read_prepared(context, _unfiltered_listing(
-            page.get('limit'), page.get('sort_key', 'id'),
-            page.get('sort_dir', 'asc')))
+    if not names and page.get('marker') is None:
+        shape = (page.get('limit'), page.get('sort_key', 'id'),
+                 page.get('sort_dir', 'asc'))
+        if project_id is None:
+            return context.db.read_prepared(context,
+                                            _unfiltered_listing(*shape))
+        return context.db.read_prepared(context, _visible_listing(*shape),
+                                        {'visible_to': project_id})
     visible = None if project_id is None else visible_to(project_id)
     with context.db.read_connection(context) as connection:
         stmt = _listing()
@@ -95,6 +99,14 @@ def _listing():
     return sa.select(*[
         sa.type_coerce(columns[name], _AS_DRIVER_GIVES[name]).label(name)
         if name in _AS_DRIVER_GIVES else columns[name] for name in LISTED])
+
+
+@functools.lru_cache(maxsize=32)
+def _visible_listing(limit, sort_key, sort_dir):
+    # A project's list, its project bound at each call.
+    return prepared.Prepared(pagination.paginate(
+        None, _listing().where(visible_to(sa.bindparam('visible_to'))),
+        DeviceProfile, limit=limit, sort_key=sort_key, sort_dir=sort_dir))
 
 
 @functools.lru_cache(maxsize=32)

@@ -60,6 +60,35 @@ def test_the_device_profile_list_gives_sqlalchemys_rows(db, admin_context,
     assert _on_cursor(db, listing) == (db.engine.dialect.name != 'sqlite')
 
 
+@pytest.mark.parametrize('shape', LISTINGS)
+def test_a_projects_device_profile_list_gives_sqlalchemys_rows(
+        db, admin_context, three, shape):
+    """The list a project sees (enabled, public or shared with it), its
+    project bound per call: p2 disabled, p3 private and shared with p1
+    alone."""
+    with db.write_connection(admin_context) as connection:
+        connection.execute(sa.update(Profile).where(
+            Profile.c.name == 'p2').values(enabled=False))
+        connection.execute(sa.update(Profile).where(
+            Profile.c.name == 'p3').values(is_public=False))
+        p3 = connection.execute(sa.select(Profile.c.id).where(
+            Profile.c.name == 'p3')).scalar_one()
+        connection.execute(sa.insert(
+            models.DeviceProfileProject.__table__).values(
+                device_profile_id=p3, project_id='p1'))
+    listing = device_profiles._visible_listing(*shape)
+
+    for project, names in (('p1', {'p1', 'p3'}), ('p2', {'p1'})):
+        rows = db.read_prepared(admin_context, listing,
+                                {'visible_to': project})
+        assert rows == _through_sqlalchemy(db, admin_context,
+                                           listing.statement,
+                                           {'visible_to': project})
+        assert {r[1] for r in rows} <= names
+        assert len(rows) == min(shape[0] or len(names), len(names))
+    assert _on_cursor(db, listing) == (db.engine.dialect.name != 'sqlite')
+
+
 def test_a_literal_percent_and_a_bound_limit(db, admin_context, three):
     statement = prepared.Prepared(_percent_listing())
 
