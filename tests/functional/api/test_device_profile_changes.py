@@ -2,9 +2,14 @@
 engine: updates kept as revisions and the ARQs made from each, profiles
 disabled and enabled, private profiles shared with chosen projects."""
 
+import threading
+import time
+
 import pytest
 
+from cyborg import context as cyborg_context
 from cyborg.db.api import arqs as arqs_db
+from cyborg.db.api import device_profiles
 from tests.arq_stack import ARQS
 
 DP = '/v2/device_profiles'
@@ -260,3 +265,64 @@ def test_an_admin_sees_and_uses_every_profile(api):
     create(api, 'secret', is_public=False)
     assert names(api, ADMIN) == ['secret']
     assert len(make_arqs(api, 'secret', headers=ADMIN)['arqs']) == 1
+
+
+def test_arqs_made_while_the_profile_changes_match_their_revision(
+        db, admin_context):
+    """One thread changes the profile's groups back and forth (odd
+    revisions ask one FPGA, even ones two) while two others make ARQs
+    from it, through the same per-worker knowledge of the profile: every
+    creation makes exactly the ARQs of the revision it records. (The
+    narrow window of a read made stale by another worker is forced in
+    ``test_a_worker_that_read_the_profile_before_another_changed_it``.)"""
+    create_one = {'uuid': '0b6c2a52-3a4e-4c4b-9e55-2f1d9f3a7c10',
+                  'name': 'moving', 'description': None,
+                  'groups': [dict(FPGA)]}
+    device_profiles.create_profiles(admin_context, [create_one])
+    units = {1: [FPGA], 0: [TWO_FPGAS]}
+    stop = threading.Event()
+    made, errors = [], []
+
+    def change():
+        try:
+            for revision in range(2, 42):
+                # Each revision is changed only once some ARQ was made
+                # since the last change: creations and changes interleave.
+                seen, deadline = len(made), time.monotonic() + 10
+                while len(made) == seen and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                device_profiles.update_profile(
+                    cyborg_context.admin_context(db),
+                    {'groups': units[revision % 2]}, name='moving')
+        except Exception as exc:  # the test fails with it
+            errors.append(exc)
+        finally:
+            stop.set()
+
+    def create():
+        context = cyborg_context.admin_context(db)
+        try:
+            while not stop.is_set():
+                made.append(arqs_db.create_arqs(context, 'moving', 'p1'))
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=change)] + [
+        threading.Thread(target=create) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+
+    assert errors == []
+    assert len({arqs[0]['device_profile_revision'] for arqs in made}) >= 20
+    for arqs in made:
+        revisions = {a['device_profile_revision'] for a in arqs}
+        assert len(revisions) == 1, arqs
+        revision, = revisions
+        assert len(arqs) == (1 if revision % 2 else 2), (revision, arqs)
+    # And as stored.
+    stored = arqs_db.list_arqs(admin_context)
+    assert len(stored) == sum(len(arqs) for arqs in made)
+    assert device_profiles.get_profile(admin_context,
+                                       name='moving').revision == 41
