@@ -215,8 +215,8 @@ def create_arqs(context, profile_name, project_id, any_profile=False):
     known = _KNOWN_PROFILES.get(profile_name)
     rows = None
     try:
-        if known is not None and not _usable(known, project_id,
-                                             any_profile):
+        if known is not None and _profile_refusal(
+                known, project_id, any_profile) is not None:
             # Refused from what this worker read: read again, as another
             # worker may have changed the profile since.
             known = None
@@ -231,7 +231,9 @@ def create_arqs(context, profile_name, project_id, any_profile=False):
         if rows is None:
             with context.db.write_connection(context) as connection:
                 known = _known_profile(connection, profile_name)
-                _check_usable(known, project_id, any_profile)
+                refusal = _profile_refusal(known, project_id, any_profile)
+                if refusal is not None:
+                    raise refusal
                 rows = _new_rows(known, project_id, now)
                 connection.execute(_INSERT_ARQ, rows)
     except (db_exc.DBError, sa.exc.DBAPIError):
@@ -261,20 +263,18 @@ def _all_made(context, rows):
     return found == len(uuids)
 
 
-def _usable(known, project_id, any_profile):
-    return known.enabled and (known.is_public or any_profile
-                              or project_id in known.projects)
-
-
-def _check_usable(known, project_id, any_profile):
+def _profile_refusal(known, project_id, any_profile):
+    """Why ``project_id`` may make no ARQs from the profile ``known``;
+    None if it may."""
     if not known.is_public and not any_profile and (
             project_id not in known.projects):
         # Invisible to the project, as in its lists.
-        raise _profile_not_found(known.name)
+        return _profile_not_found(known.name)
     if not known.enabled:
-        raise exception.Conflict(
+        return exception.Conflict(
             'Device profile %s is disabled: it makes no new accelerator '
             'requests.' % known.name, code='cyborg.device_profile.disabled')
+    return None
 
 
 def _profile_not_found(profile_name):

@@ -10,16 +10,15 @@ from cyborg.db import models
 from cyborg.db.api import arqs
 from cyborg.db.api import device_profiles
 
-DeviceProfile = models.DeviceProfile
 ProfileProject = models.DeviceProfileProject
 
 
 def projects(context, uuid=None, name=None):
     """The projects a profile (by uuid or name) is shared with, sorted;
     Conflict for a public profile, which every project uses."""
-    profile = device_profiles.get_profile(context, uuid=uuid, name=name)
-    _refuse_public(profile)
     with context.db.reader(context) as session:
+        profile = device_profiles.find(session, uuid, name)
+        _refuse_public(profile)
         return profile, session.scalars(
             sa.select(ProfileProject.project_id).where(
                 ProfileProject.device_profile_id == profile.id)
@@ -31,7 +30,8 @@ def add_project(context, project_id, uuid=None, name=None):
     public or already shared with it."""
     try:
         with context.db.writer(context) as session:
-            profile = _locked(session, uuid, name)
+            profile = device_profiles.find(session, uuid, name,
+                                           for_update=True)
             _refuse_public(profile)
             session.add(ProfileProject(device_profile_id=profile.id,
                                        project_id=project_id))
@@ -50,7 +50,8 @@ def remove_project(context, project_id, uuid=None, name=None):
     """Stop sharing the private profile with ``project_id``; NotFound if
     it was not. ARQs the project already made are left alone."""
     with context.db.writer(context) as session:
-        profile = _locked(session, uuid, name)
+        profile = device_profiles.find(session, uuid, name,
+                                       for_update=True)
         _refuse_public(profile)
         gone = session.execute(sa.delete(ProfileProject).where(
             ProfileProject.device_profile_id == profile.id,
@@ -62,15 +63,6 @@ def remove_project(context, project_id, uuid=None, name=None):
                 code='cyborg.device_profile.access_not_found')
         profile.generation += 1
     arqs.forget_profile(profile.name)
-    return profile
-
-
-def _locked(session, uuid, name):
-    column, value = device_profiles.key_of(uuid, name)
-    profile = session.scalars(sa.select(DeviceProfile).where(
-        column == value).with_for_update()).one_or_none()
-    if profile is None:
-        raise device_profiles.not_found(uuid, name)
     return profile
 
 

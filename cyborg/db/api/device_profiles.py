@@ -43,13 +43,10 @@ def visible_to(project_id):
                           DeviceProfile.id.in_(shared)))
 
 
-def list_profiles(context, names=None, visible=None, **page):
-    """Profiles as rows with the model's attribute names (read-only);
-    ``visible`` (``visible_to``) limits them."""
+def list_profiles(context, names=None, **page):
+    """Profiles as rows with the model's attribute names (read-only)."""
     with context.db.read_connection(context) as connection:
         stmt = sa.select(DeviceProfile.__table__)
-        if visible is not None:
-            stmt = stmt.where(visible)
         if names:
             stmt = stmt.where(DeviceProfile.name.in_(names))
         stmt = pagination.paginate(connection, stmt, DeviceProfile, **page)
@@ -132,36 +129,36 @@ def _decoded(text):
 def get_profile(context, uuid=None, name=None, project_id=None):
     """The profile with this uuid or name; NotFound if there is none, or
     if it is not ``visible_to(project_id)`` (None: every profile is)."""
-    column, value = key_of(uuid, name)
+    with context.db.reader(context) as session:
+        return find(session, uuid, name, project_id)
+
+
+def find(session, uuid=None, name=None, project_id=None,
+         for_update=False):
+    """The profile with this uuid or name in ``session``'s transaction
+    (locked ``for_update``); NotFound as ``get_profile``."""
+    column, value = ((DeviceProfile.uuid, uuid) if uuid is not None
+                     else (DeviceProfile.name, name))
     stmt = sa.select(DeviceProfile).where(column == value)
     if project_id is not None:
         stmt = stmt.where(visible_to(project_id))
-    with context.db.reader(context) as session:
-        profile = session.scalars(stmt).one_or_none()
+    if for_update:
+        stmt = stmt.with_for_update()
+    profile = session.scalars(stmt).one_or_none()
     if profile is None:
-        raise not_found(uuid, name)
+        raise exception.NotFound(
+            'No device profile with %s %s exists.'
+            % ('uuid' if uuid is not None else 'name',
+               uuid if uuid is not None else name),
+            code='cyborg.device_profile.not_found')
     return profile
 
 
-def key_of(uuid, name):
-    return ((DeviceProfile.uuid, uuid) if uuid is not None
-            else (DeviceProfile.name, name))
-
-
-def not_found(uuid, name):
-    return exception.NotFound(
-        'No device profile with %s %s exists.'
-        % ('uuid' if uuid is not None else 'name',
-           uuid if uuid is not None else name),
-        code='cyborg.device_profile.not_found')
-
-
 def revisions(context, uuid=None, name=None, project_id=None):
-    """The revisions of a profile (as ``get_profile`` finds it), oldest
-    first."""
-    profile = get_profile(context, uuid=uuid, name=name,
-                          project_id=project_id)
+    """The profile (as ``get_profile`` finds it) and its revisions,
+    oldest first, read together."""
     with context.db.reader(context) as session:
+        profile = find(session, uuid, name, project_id)
         return profile, session.scalars(
             sa.select(Revision).where(
                 Revision.device_profile_id == profile.id)
@@ -210,9 +207,10 @@ def _revision_of(profile, reason):
                     profile_json=profile.profile_json, reason=reason)
 
 
-# What an update may change, and which of those make a new revision.
+# What an update may change, and the columns whose change makes a new
+# revision.
 UPDATABLE = ('name', 'description', 'groups', 'enabled', 'is_public')
-_REVISED = ('name', 'description', 'groups')
+_REVISED = ('name', 'description', 'profile_json')
 
 
 def update_profile(context, changes, uuid=None, name=None,
@@ -228,17 +226,12 @@ def update_profile(context, changes, uuid=None, name=None,
     online data migration's). ``reason`` is the new revision's. A rename
     is refused (Conflict) while ARQs of the profile exist: a flavor naming
     the old name would otherwise find nothing, or another profile made
-    later under that name. Making a
-    profile public drops its project list.
+    later under that name. Making a profile public drops its project
+    list.
     """
-    column, value = key_of(uuid, name)
     try:
         with context.db.writer(context) as session:
-            profile = session.scalars(
-                sa.select(DeviceProfile).where(column == value)
-                .with_for_update()).one_or_none()
-            if profile is None:
-                raise not_found(uuid, name)
+            profile = find(session, uuid, name, for_update=True)
             if (expected_revision is not None
                     and profile.revision != expected_revision):
                 return None
@@ -254,8 +247,7 @@ def update_profile(context, changes, uuid=None, name=None,
                 _check_rename(session, profile, changed['name'])
             for field, new in changed.items():
                 setattr(profile, field, new)
-            if any(f in changed for f in ('name', 'description',
-                                          'profile_json')):
+            if any(field in changed for field in _REVISED):
                 profile.revision += 1
                 session.add(_revision_of(profile, reason))
             if changed.get('is_public') is True:

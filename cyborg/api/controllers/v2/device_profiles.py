@@ -217,8 +217,9 @@ def _visible_to(request):
     return project
 
 
-def _found(request, key, **kwargs):
-    """(uuid, name) of the profile ``key`` names (by name from 2.2)."""
+def _found(request, key):
+    """``{'uuid': ...}`` or ``{'name': ...}``: how ``key`` names a
+    profile (by name from microversion 2.2)."""
     uuid = uuids.canonical(key)
     if uuid is not None:
         return {'uuid': uuid}
