@@ -236,6 +236,7 @@ class KeystoneService:
         self._process = None
         self._tokens = {}
         self._admin = None
+        self._system = None
 
     # -- life --------------------------------------------------------------
 
@@ -416,6 +417,75 @@ class KeystoneService:
         self.users[name] = User(name, password, project, tuple(roles),
                                 user_id, tuple(system_roles))
         return self.users[name]
+
+    # -- catalog and limits ------------------------------------------------
+
+    def system_call(self, method, path, expected=(200,), body=None):
+        """One REST call as the admin of the system, which Keystone's
+        limit calls want; the JSON answer."""
+        if self._system is None:
+            self._system = ks_session.Session(
+                auth=self.auth('admin', system_scope='all'))
+        response = self._system.request(
+            self.auth_url + path, method, json=body, raise_exc=False)
+        if response.status_code not in expected:
+            raise AssertionError('keystone: %s %s: %d %s' % (
+                method, path, response.status_code, response.text[:500]))
+        return response.json() if response.content else None
+
+    def ensure_service(self, service_type, name, url='http://127.0.0.1:9'):
+        """The id of the service of that type, made with a public
+        endpoint in ``REGION`` if missing."""
+        found = self.system_call(
+            'GET', '/services?type=' + service_type)['services']
+        if found:
+            return found[0]['id']
+        service_id = self.system_call('POST', '/services', (201,), {
+            'service': {'type': service_type, 'name': name}})['service']['id']
+        self.system_call('POST', '/endpoints', (201,), {'endpoint': {
+            'service_id': service_id, 'interface': 'public',
+            'region_id': REGION, 'url': url}})
+        return service_id
+
+    def registered_limits(self, service_id):
+        """{resource name: (id, default limit)} of ``service_id`` in
+        ``REGION``."""
+        found = self.system_call(
+            'GET', '/registered_limits?service_id=%s&region_id=%s'
+            % (service_id, REGION))['registered_limits']
+        return {r['resource_name']: (r['id'], r['default_limit'])
+                for r in found}
+
+    def set_registered_limit(self, service_id, resource_name, default):
+        """Register ``resource_name`` with ``default``, or change it."""
+        kept = self.registered_limits(service_id).get(resource_name)
+        if kept is None:
+            self.system_call('POST', '/registered_limits', (201,), {
+                'registered_limits': [{
+                    'service_id': service_id, 'region_id': REGION,
+                    'resource_name': resource_name,
+                    'default_limit': default}]})
+        elif kept[1] != default:
+            self.system_call('PATCH', '/registered_limits/' + kept[0],
+                             body={'registered_limit': {
+                                 'default_limit': default}})
+
+    def set_project_limit(self, service_id, project_id, resource_name,
+                          limit):
+        """Give ``project_id`` its own limit of ``resource_name`` (whose
+        registered limit must exist), or change it."""
+        found = self.system_call(
+            'GET', '/limits?service_id=%s&region_id=%s&project_id=%s'
+            '&resource_name=%s' % (service_id, REGION, project_id,
+                                   resource_name))['limits']
+        if not found:
+            self.system_call('POST', '/limits', (201,), {'limits': [{
+                'service_id': service_id, 'region_id': REGION,
+                'project_id': project_id, 'resource_name': resource_name,
+                'resource_limit': limit}]})
+        elif found[0]['resource_limit'] != limit:
+            self.system_call('PATCH', '/limits/' + found[0]['id'],
+                             body={'limit': {'resource_limit': limit}})
 
     # -- callers -------------------------------------------------------------
 

@@ -46,6 +46,7 @@ class AppState:
         self._conductor_lock = threading.Lock()
         self._membership = None
         self.warming = None  # the thread of ``warm_up``, once started
+        self._limits = None
 
     @property
     def membership(self):
@@ -63,6 +64,16 @@ class AppState:
                     cyborg_context.admin_context(self.db),
                     self.conf.host, self.conf.service_down_time,
                     max_age=MEMBERSHIP_MAX_AGE)
+
+    @property
+    def limits(self):
+        """The projects' limits (``cyborg.quota.limits``) of ``[quota]
+        driver``, made on first use: oslo.limit asks Keystone for the
+        service's endpoint when it is made."""
+        if self._limits is None:
+            from cyborg.quota import limits
+            self._limits = limits.from_conf(self.conf)
+        return self._limits
 
     @property
     def conductor(self):

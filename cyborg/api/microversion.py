@@ -28,6 +28,8 @@ VERSIONS = [
             'by which ARQs bind), enable and disable them and make them '
             'private to listed projects; profiles show revision, enabled '
             'and is_public, ARQs their profile revision.'),
+    ('2.8', 'GET /v2/limits shows a project its limits on accelerator '
+            'requests and its usage of each.'),
 ]
 
 _NUMBER = re.compile(r'^([1-9]\d*|0)\.([1-9]\d*|0)$')

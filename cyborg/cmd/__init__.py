@@ -57,3 +57,17 @@ def launch(svc, conf, reload_conf=True):
     if status and svc.start_error is not None:
         tell_start_failed(svc.name, svc.start_error, conf)
     return status
+
+
+def run_subcommand(add_commands, help_text, argv=None):
+    """Parse ``argv`` (by default the command line) with the service's
+    options and one subcommand, whose parsers ``add_commands`` adds, each
+    with a ``run(conf)`` default; returns what ``run`` returns."""
+    from oslo_config import cfg
+
+    from cyborg import conf as cyborg_conf
+    conf = cfg.ConfigOpts()
+    conf.register_cli_opt(cfg.SubCommandOpt(
+        'command', title='Commands', handler=add_commands, help=help_text))
+    cyborg_conf.load(sys.argv[1:] if argv is None else argv, conf=conf)
+    return conf.command.run(conf)

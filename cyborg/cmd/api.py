@@ -35,11 +35,18 @@ class _Server(wsgi.Server):
         LOG.log(level, '%s', msg, exc_info=traceback)
 
 
+# Connections the kernel holds for the server before it accepts them.
+# cheroot's default, 5, resets some of a burst of clients (Nova booting
+# many servers at once) while its threads are busy.
+LISTEN_BACKLOG = 128
+
+
 def make_server(conf, app=None):
     """A cheroot server for the API on ``[api] host_ip:port``."""
     app = app if app is not None else api_app.build_app(conf)
     return _Server((conf.api.host_ip, conf.api.port), app,
-                   numthreads=conf.api.threads, server_name='cyborg-api')
+                   numthreads=conf.api.threads, server_name='cyborg-api',
+                   request_queue_size=LISTEN_BACKLOG)
 
 
 def serve(svc, conf, app=None):

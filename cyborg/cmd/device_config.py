@@ -23,10 +23,9 @@ The operators' guide describes it in doc/source/admin/device-configuration.rst
 import json
 import sys
 
-from oslo_config import cfg
 from oslo_db import exception as db_exc
 
-from cyborg import conf as cyborg_conf
+from cyborg import cmd
 from cyborg import context as cyborg_context
 from cyborg import exception
 from cyborg.cmd import dbsync
@@ -162,16 +161,8 @@ def _add_commands(subparsers):
     shown.set_defaults(run=status)
 
 
-command_opt = cfg.SubCommandOpt('command', title='Commands',
-                                handler=_add_commands,
-                                help='What to show.')
-
-
 def main(argv=None):
-    conf = cfg.ConfigOpts()
-    conf.register_cli_opt(command_opt)
-    cyborg_conf.load(sys.argv[1:] if argv is None else argv, conf=conf)
-    return conf.command.run(conf)
+    return cmd.run_subcommand(_add_commands, 'What to show.', argv)
 
 
 if __name__ == '__main__':

@@ -283,6 +283,19 @@ class DeviceProfileProject(Base):
                                                     nullable=False)
 
 
+class ProjectQuotaLock(Base):
+    """One row per project that has made ARQs under limits: creations by
+    the project lock it (``FOR UPDATE``) while they count its usage, so
+    that two of them never both fit in the room left for one."""
+
+    __tablename__ = 'project_quota_locks'
+
+    project_id: orm.Mapped[str] = orm.mapped_column(sa.String(255),
+                                                    primary_key=True)
+    created_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
+        sa.DateTime, nullable=False, default=utcnow)
+
+
 class ExtendedAcceleratorRequest(TimestampMixin, Base):
     """An accelerator request (ARQ): one accelerator for one instance."""
 

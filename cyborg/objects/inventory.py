@@ -50,6 +50,13 @@ def accelerators_asked(group):
     return units + sliced
 
 
+def resources_asked(group):
+    """{resource class: amount} of a device profile group's
+    ``resources:`` keys."""
+    return {key[len('resources:'):]: int(value)
+            for key, value in group.items() if key.startswith('resources:')}
+
+
 # A deployable attribute ``inventory:<resource class>`` = total: an
 # inventory its provider offers beside its own resource class.
 EXTRA_INVENTORY = 'inventory:'

@@ -83,6 +83,8 @@ CONTRACT = {
     'cyborg:attribute:create': ADMINS,
     'cyborg:attribute:delete': ADMINS,
     'cyborg:service:get_all': ADMINS,
+    # Ours: a project's limits and usage; an admin's of any project.
+    'cyborg:limits:get': READERS,
     'cyborg:device_config_policy:get_all': ADMINS,
     'cyborg:device_config_policy:get_one': ADMINS,
     'cyborg:device_config_policy:create': ADMINS,

@@ -13,6 +13,7 @@ from cyborg.api.controllers.v2 import deployables
 from cyborg.api.controllers.v2 import device_config_policies
 from cyborg.api.controllers.v2 import device_profiles
 from cyborg.api.controllers.v2 import devices
+from cyborg.api.controllers.v2 import limits
 from cyborg.api.controllers.v2 import services
 
 
@@ -34,6 +35,7 @@ class V2Controller:
     attributes = attributes.AttributesController()
     accelerator_requests = arqs.AcceleratorRequestsController()
     services = services.ServicesController()
+    limits = limits.LimitsController()
     device_config_policies = (
         device_config_policies.DeviceConfigPoliciesController())
 

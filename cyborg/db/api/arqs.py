@@ -28,6 +28,7 @@ from cyborg.db import models
 from cyborg.db.api import host_sync_states
 from cyborg.db.api import locking
 from cyborg.db.api import pagination
+from cyborg.db.api import project_usage
 from cyborg.objects import inventory
 
 ARQ = models.ExtendedAcceleratorRequest
@@ -186,8 +187,8 @@ _INSERT_ARQ = sa.insert(ARQ.__table__)
 # profile never matches an old entry. This worker's own writes of a
 # profile drop its entry (``forget_profile``).
 KnownProfile = collections.namedtuple('KnownProfile', (
-    'id', 'uuid', 'name', 'counts', 'revision', 'generation', 'enabled',
-    'is_public', 'projects'))
+    'id', 'uuid', 'name', 'groups', 'counts', 'revision', 'generation',
+    'enabled', 'is_public', 'projects'))
 _KNOWN_PROFILES = {}
 _KNOWN_PROFILES_MAX = 256
 
@@ -198,12 +199,19 @@ def forget_profile(profile_name):
     _KNOWN_PROFILES.pop(profile_name, None)
 
 
-def create_arqs(context, profile_name, project_id, any_profile=False):
+def create_arqs(context, profile_name, project_id, any_profile=False,
+                within_limits=None):
     """One Initial ARQ per unit of every resource of every group of the
     profile's current revision, all in one statement; returns them as
     views. A disabled profile makes none (Conflict); a private one only
     for its projects, unless ``any_profile`` (an admin): for any other it
     is not found.
+
+    ``within_limits(usage, asked, profile_name)``, if given, is called in
+    the creating transaction with the project's ``project_usage.Usage``
+    and what this creation adds, and raises to refuse it; the project's
+    ``project_quota_locks`` row is locked first, so that creations of one
+    project count one after the other.
 
     The INSERT is not sent again on an error: an error that comes after
     the server committed it (a reply lost with the connection) must not
@@ -212,6 +220,9 @@ def create_arqs(context, profile_name, project_id, any_profile=False):
     made, none there means not made (the error is raised).
     """
     now = models.utcnow()
+    if within_limits is not None:
+        return _create_within_limits(context, profile_name, project_id,
+                                     any_profile, within_limits, now)
     known = _KNOWN_PROFILES.get(profile_name)
     rows = None
     try:
@@ -240,6 +251,43 @@ def create_arqs(context, profile_name, project_id, any_profile=False):
         # (SQLite's driver errors at COMMIT reach here untranslated.)
         if rows is None or not _all_made(context, rows):
             raise
+    return _created_views(known, project_id, rows, now)
+
+
+def _create_within_limits(context, profile_name, project_id, any_profile,
+                          within_limits, now):
+    made = []  # (known, rows) of the last transaction tried
+
+    @oslo_db_api.wrap_db_retry(
+        max_retries=10, retry_interval=0.01, inc_retry_interval=True,
+        exception_checker=project_usage.contended)
+    def create():
+        with context.db.write_connection(context) as connection:
+            project_usage.lock(connection, project_id)
+            known = _known_profile(connection, profile_name)
+            refusal = _profile_refusal(known, project_id, any_profile)
+            if refusal is not None:
+                raise refusal
+            asked = project_usage.asked(known.groups)
+            asked.by_profile[known.name] = asked.arqs
+            within_limits(project_usage.usage(connection, project_id),
+                          asked, known.name)
+            rows = _new_rows(known, project_id, now)
+            made[:] = [(known, rows)]
+            connection.execute(_INSERT_ARQ, rows)
+        return known, rows
+
+    try:
+        known, rows = create()
+    except (db_exc.DBError, sa.exc.DBAPIError):
+        # As in ``create_arqs``: an error after the commit made them.
+        if not made or not _all_made(context, made[0][1]):
+            raise
+        known, rows = made[0]
+    return _created_views(known, project_id, rows, now)
+
+
+def _created_views(known, project_id, rows, now):
     return [{'uuid': r['uuid'], 'state': r['state'],
              'device_profile_group_id': r['device_profile_group_id'],
              'hostname': None, 'device_rp_uuid': None,
@@ -309,6 +357,7 @@ def _known_profile(connection, profile_name):
         connection.execute(_PROFILE_PROJECTS,
                            {'profile_id': profile.id}).scalars())
     known = KnownProfile(profile.id, profile.uuid, profile.name,
+                         tuple(profile.profile_json['groups']),
                          tuple(counts), profile.revision, profile.generation,
                          profile.enabled, profile.is_public, projects)
     if len(_KNOWN_PROFILES) >= _KNOWN_PROFILES_MAX:

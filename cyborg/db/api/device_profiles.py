@@ -21,6 +21,7 @@ from cyborg.db import models
 from cyborg.db import prepared
 from cyborg.db.api import arqs
 from cyborg.db.api import pagination
+from cyborg.objects import inventory
 
 DeviceProfile = models.DeviceProfile
 Revision = models.DeviceProfileRevision
@@ -112,6 +113,17 @@ def _unfiltered_listing(limit, sort_key, sort_dir):
     return prepared.Prepared(pagination.paginate(
         None, _listing(), DeviceProfile, limit=limit, sort_key=sort_key,
         sort_dir=sort_dir))
+
+
+def resource_classes_used(context):
+    """The resource classes the profiles' current revisions ask for,
+    sorted."""
+    with context.db.read_connection(context) as connection:
+        documents = connection.execute(
+            sa.select(DeviceProfile.profile_json)).scalars()
+        return sorted({rc for document in documents
+                       for group in document['groups']
+                       for rc in inventory.resources_asked(group)})
 
 
 def groups_of(profile_json_text):

@@ -279,6 +279,14 @@ def test_device_profile_changes(api):
         status=409).json)
 
 
+def test_limits(api):
+    create_profile(api)
+    api.post_json(ARQS, {'device_profile_name': PROFILE_NAME},
+                  headers=MEMBER, status=201)
+    check('limits-get-resp.json', api.get(
+        '/v2/limits', headers={**MEMBER, **version('2.8')}, status=200).json)
+
+
 def test_accelerator_requests(api, rp_uuid, arq_conductor):
     create_profile(api)
     new_arqs = {'device_profile_name': PROFILE_NAME}

@@ -89,6 +89,7 @@ ANSWERS = {
     'error-409-resp.json': ('delete', PROFILES, '409'),
     'error-423-resp.json': ('get', ARQS, '423'),
     'services-list-resp.json': ('get', '/v2/services', '200'),
+    'limits-get-resp.json': ('get', '/v2/limits', '200'),
     'versions-root-resp.json': ('get', '/', '200'),
     'versions-v2-resp.json': ('get', '/v2', '200'),
 }

@@ -25,6 +25,7 @@ from cyborg.api.controllers import resource
 from cyborg.api.controllers.v2 import device_profiles
 from cyborg.db.api import arqs as db
 from cyborg.notifications import emit
+from cyborg.quota import enforcement
 
 BIND_PATHS = ('/hostname', '/device_rp_uuid', '/instance_uuid')
 PROJECT_PATH = '/project_id'
@@ -203,6 +204,15 @@ def _binding(uuid, ops):
 
 # -- the controller ---------------------------------------------------------
 
+def _within_limits(request, project_id):
+    """The check of ``project_id``'s limits for a creation, None when
+    nothing is limited."""
+    limits = request.app_state.limits
+    if not limits.enforced:
+        return None
+    return enforcement.checker(limits.limits_of(project_id), project_id)
+
+
 class AcceleratorRequestsController(resource.ResourceController):
 
     @expose.json()
@@ -275,10 +285,12 @@ class AcceleratorRequestsController(resource.ResourceController):
             raise exception.NotFound(
                 'No device profile is named: device_profile_name is '
                 'missing or empty.', code='cyborg.device_profile.not_found')
+        project_id = _caller_project(request)
         created = db.create_arqs(
-            request.context, name, _caller_project(request),
+            request.context, name, project_id,
             any_profile=request.is_allowed(
-                device_profiles.ALL_PROFILES_RULE))
+                device_profiles.ALL_PROFILES_RULE),
+            within_limits=_within_limits(request, project_id))
         emit.arqs_created(request.app_state.notifier, request.context,
                           created)
         pecan.response.status = 201
