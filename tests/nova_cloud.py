@@ -58,7 +58,8 @@ START_TIMEOUT = 120
 PROGRAM_SECONDS = 3
 IMAGE = b'\0' * 1024
 
-# The compute host's GPUs: four H100s bound to vfio-pci for passthrough,
+# The compute host's GPUs: four H100s bound to vfio-pci for passthrough
+# (with a function-level reset, which scrubs them between servers),
 # identical and on one NUMA node, so one pooled provider of PGPU 4; and a
 # T4 cut into vGPUs of VGPU_TYPE (VGPUS of them, none made yet).
 H100S = ['0000:%02x:00.0' % bus for bus in (0x19, 0x2b, 0x3d, 0x4f)]
@@ -70,7 +71,7 @@ GPU_FUNCTIONS = hosts.CHIPSET + [
         hosts.root_port('0000:%02x:00.0' % (0x18 + 0x12 * n)),
         hosts.card(address, '10de', '2330', '030200',
                    '0000:%02x:00.0' % (0x18 + 0x12 * n), driver='vfio-pci',
-                   subsystem=('10de', '16c1')))
+                   subsystem=('10de', '16c1'), reset_method='flr'))
 ] + [
     hosts.root_port('0000:5d:00.0'),
     hosts.card(T4, '10de', '1eb8', '030200', '0000:5d:00.0',

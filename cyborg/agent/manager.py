@@ -70,6 +70,7 @@ from cyborg.accelerator.drivers.gpu import mig_nvml
 from cyborg.agent import device_config
 from cyborg.agent import mig_restore
 from cyborg.agent import rpcapi as agent_rpcapi
+from cyborg.agent import scrub
 from cyborg.clients import placement as placement_client
 from cyborg.conductor import placement_sync
 from cyborg.conductor import rpcapi as conductor_rpcapi
@@ -299,6 +300,20 @@ class AgentManager:
         if left is None or not kinds:
             return left
         return kinds[2].dump(left)
+
+    @_answers_errors
+    @rpc.ignores_unknown_args
+    def scrub_attach_handle(self, context, driver_name, attach_handle,
+                            scrub_method):
+        driver, device, handle, uuid = self._find_attach_handle(
+            driver_name, attach_handle)
+        with self._handle_lock(driver_name, handle):
+            done = scrub.scrub(driver, device, handle, uuid, scrub_method)
+        LOG.info('Scrubbed %s attach handle %s (%s) of %s by %s in %.1f s: '
+                 '%s', handle.attach_type, uuid,
+                 _address_text(handle.attach_info), driver_name, scrub_method,
+                 done['seconds'], ', '.join(done['steps']))
+        return agent_rpcapi.SCRUB_RESULT.dump(done)
 
     @_answers_errors
     @rpc.ignores_unknown_args
@@ -549,9 +564,11 @@ class AgentManager:
         conductor that they are gone, so no partial snapshot is made.
         """
         by_driver = {}
+        unscrubbed = scrub.disabled_drivers(self.conf)
         for driver in self.drivers:
             try:
-                by_driver[driver.name] = driver.discover()
+                by_driver[driver.name] = scrub.mark(
+                    driver, driver.discover(), unscrubbed)
             except Exception as exc:
                 raise DiscoveryFailed(driver.name, exc) from exc
         snapshot = inventory.HostInventory(

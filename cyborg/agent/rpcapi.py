@@ -23,6 +23,7 @@ Version history (bump the minor for additions, keep old calls working):
   1.4 prepare_attach_handle with ``request``, release_attach_handle with
       ``details``: MIG instances made at bind (``MIG_REQUEST``,
       ``MIG_INSTANCE``, ``MIG_RELEASED``)
+  1.5 scrub_attach_handle (``SCRUB_RESULT``)
 
 ``[upgrade_levels] agent`` caps what the conductor sends, as
 ``[upgrade_levels] conductor`` does for the conductor's API (see
@@ -43,7 +44,7 @@ from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers.gpu import mig_nvml
 from cyborg.objects import payload
 
-VERSION = '1.4'
+VERSION = '1.5'
 # The first version whose prepare and release make and destroy what a
 # bind asks for (a MIG instance).
 REQUEST_VERSION = '1.4'
@@ -55,6 +56,8 @@ ATTACH_HANDLE = payload.Kind('attach handle', '1.0',
 BITSTREAM = payload.Kind('bitstream', '1.0', required=('image_id',),
                          optional={'properties': dict})
 PROGRAM_SUMMARY = payload.Kind('programming summary', '1.0')
+SCRUB_RESULT = payload.Kind('scrub result', '1.0',
+                            required=('method', 'steps', 'seconds'))
 CONFIG_RESULT = payload.Kind('configuration result', '1.0',
                              required=('state',),
                              optional={'failed_task': None, 'message': '',
@@ -100,7 +103,8 @@ class BitstreamUnavailable(AgentError):
 ANSWERED_ERRORS = {cls.__name__: cls for cls in (
     exception.CyborgError, exception.Invalid, exception.NotFound,
     exception.Conflict, base.DriverError, base.OperationNotSupported,
-    AgentError, DriverNotEnabled, NotOnThisHost, BitstreamUnavailable,
+    base.ScrubFailed, AgentError, DriverNotEnabled, NotOnThisHost,
+    BitstreamUnavailable,
     payload.PayloadError, payload.PayloadVersionError, mig_nvml.MIGError,
     mig_nvml.MIGUnavailable, mig_nvml.MIGRefused, mig_nvml.MIGInUse,
     mig_nvml.MIGIdentityMismatch)}
@@ -219,6 +223,19 @@ class AgentAPI:
         if answer is None or not kinds:
             return answer
         return kinds[answered].load(answer)
+
+    def scrub_attach_handle(self, context, host, driver_name,
+                            attach_handle, method, timeout):
+        """Scrub a released attach handle by ``method`` (the scrub
+        method its deployable reported) and verify it (1.5); at most
+        ``timeout`` seconds. Answers ``{'method', 'steps', 'seconds'}``;
+        a scrub that failed raises ``ScrubFailed`` (409) naming its
+        step."""
+        return SCRUB_RESULT.load(self._call(
+            context, host, '1.5', 'scrub_attach_handle', timeout=timeout,
+            driver_name=driver_name,
+            attach_handle=ATTACH_HANDLE.dump(attach_handle),
+            scrub_method=method))
 
     def program(self, context, host, driver_name, controlpath_info,
                 bitstream):

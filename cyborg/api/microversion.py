@@ -30,6 +30,9 @@ VERSIONS = [
             'and is_public, ARQs their profile revision.'),
     ('2.8', 'GET /v2/limits shows a project its limits on accelerator '
             'requests and its usage of each.'),
+    ('2.9', 'Deployables show their scrub_method and their attach '
+            'handles, each with its state (free, in_use, dirty, '
+            'scrubbing) and last scrub.'),
 ]
 
 _NUMBER = re.compile(r'^([1-9]\d*|0)\.([1-9]\d*|0)$')

@@ -107,6 +107,9 @@ class ProviderDeployable:
     # ``resource_class``: what one request group takes together (a GPU's
     # MIG memory slices and media engine beside its compute slices).
     extra_inventories: tuple = ()
+    # Handles taken by no ARQ: released, waiting for their scrub. Each
+    # reserves one unit until it is verified clean.
+    dirty: int = 0
 
     @property
     def num_accelerators(self):
@@ -665,6 +668,8 @@ def _stored_listing(deployable, device, missing):
         configuring=device.config_held,
         extra_inventories=objects_inventory.extra_inventories(
             {key: row.value for key, row in deployable.attributes.items()}),
+        dirty=sum(1 for h in deployable.handles
+                  if h.in_use and not h.referenced),
         pool=pool_key(
             device.type, device.vendor, device.model, board,
             deployable.parent_id, deployable.driver_name,

@@ -42,6 +42,7 @@ from cyborg.conductor import membership as membership_mod
 from cyborg.conductor import mig as mig_module
 from cyborg.conductor import recovery
 from cyborg.conductor import rpcapi
+from cyborg.conductor import scrubber
 from cyborg.db import session
 from cyborg.db.api import arqs as arqs_db
 from cyborg.metrics import conductor as conductor_metrics
@@ -500,6 +501,12 @@ class ConductorService(service.Service):
                               max(1, conf.conductor.quarantine_hold_down)),
                           _PlacementPass(health.release_quarantines,
                                          context, self.membership).run)
+        # Released attach handles scrubbed before anyone gets them again.
+        scrubbing = scrubber.Scrubber(conf, agent, health, sync, conf.host,
+                                      metrics=self.metrics)
+        self.add_periodic('scrub', conf.scrub.interval,
+                          _PlacementPass(scrubbing.run_pass, context,
+                                         self.membership).run)
         self.add_periodic('heartbeat', conf.heartbeat_interval,
                           _logged_outage(heartbeat.beat, 'the heartbeat'),
                           initial_delay=conf.heartbeat_interval)

@@ -141,7 +141,8 @@ def desired_providers(hostname, deployables, disabled=(), layout=PER_DEVICE):
     (or that are quarantined or missing): their inventory is reserved, so
     nothing new is scheduled there while existing allocations stay
     valid. In the ``pooled`` layout a pool reserves its disabled members'
-    part only.
+    part only. A deployable's ``dirty`` handles (released, not scrubbed
+    yet) reserve one unit each.
     """
     if layout not in LAYOUTS:
         raise ValueError('Unknown provider layout %r' % layout)
@@ -182,14 +183,18 @@ def _inventories(members, disabled):
     # keeps its RP without inventory.
     if total < 1:
         return {}
-    reserved = sum(m.num_accelerators for m in members if m.name in disabled)
+    # A member out of service reserves all it offers; one in service, the
+    # units of its handles waiting for a scrub.
+    reserved = sum(m.num_accelerators if m.name in disabled
+                   else min(getattr(m, 'dirty', 0), m.num_accelerators)
+                   for m in members)
     inventories = {members[0].resource_class: _inventory(total, reserved)}
     # A deployable with extra inventories is never pooled: its provider
     # is its own, and a disabled one offers none of them.
     for resource_class, extra in _extras(members[0]):
         if extra >= 1:
             inventories[resource_class] = _inventory(
-                extra, extra if reserved else 0)
+                extra, extra if members[0].name in disabled else 0)
     return inventories
 
 

@@ -27,6 +27,7 @@ from cyborg.conf import pci
 from cyborg.conf import placement
 from cyborg.conf import privsep
 from cyborg.conf import quota
+from cyborg.conf import scrub
 from cyborg.conf import sizelimit
 from cyborg.conf import upgrade_levels
 
@@ -34,7 +35,7 @@ _GROUP_MODULES = (default, api, database, keystone_authtoken, cors,
                   http_proxy, placement, nova, glance, pci, gpu_devices,
                   intel_nic, agent, privsep, device_config, conductor,
                   fake_driver, upgrade_levels, metrics, notifications,
-                  sizelimit, quota)
+                  sizelimit, quota, scrub)
 
 
 def register_opts(conf):

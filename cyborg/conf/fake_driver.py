@@ -15,6 +15,20 @@ opts = [
                       'bitstream. Only tests need more than 0: a slow '
                       'program lets them stop a conductor in the middle of '
                       'a bind.'),
+    cfg.StrOpt('scrub',
+               default='none',
+               choices=[('none', 'Not scrubbed: the fake card holds no '
+                                 'tenant data.'),
+                        ('pass', 'Scrubbed, and verified clean.'),
+                        ('fail', 'The verification fails.'),
+                        ('hang', 'The scrub never ends (tests of the '
+                                 'conductor\'s timeout).')],
+               help='How the fake FPGA\'s handles are scrubbed between '
+                    'tenants; tests choose.'),
+    cfg.FloatOpt('scrub_seconds',
+                 default=0,
+                 min=0,
+                 help='Seconds the fake FPGA\'s scrub takes.'),
 ]
 
 

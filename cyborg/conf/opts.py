@@ -23,6 +23,7 @@ from cyborg.conf import pci
 from cyborg.conf import placement
 from cyborg.conf import privsep
 from cyborg.conf import quota
+from cyborg.conf import scrub
 from cyborg.conf import upgrade_levels
 
 
@@ -32,7 +33,7 @@ def list_opts():
     for module in (default, api, placement, nova, glance, pci, gpu_devices,
                    intel_nic, agent, privsep, device_config, conductor,
                    fake_driver, upgrade_levels, metrics, notifications,
-                   quota):
+                   quota, scrub):
         for group, opts in module.list_opts().items():
             groups.setdefault(group, []).extend(opts)
     return [(group, copy.deepcopy(opts)) for group, opts in groups.items()]

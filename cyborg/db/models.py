@@ -191,6 +191,8 @@ class AttachHandle(TimestampMixin, Base):
         # Allocation looks for a free handle of one deployable.
         sa.Index('ix_attach_handles_deployable_id_in_use',
                  'deployable_id', 'in_use'),
+        # The scrubber looks for dirty handles.
+        sa.Index('ix_attach_handles_state', 'state'),
     )
 
     id: orm.Mapped[int] = orm.mapped_column(primary_key=True)
@@ -205,8 +207,34 @@ class AttachHandle(TimestampMixin, Base):
                                                      nullable=False)
     attach_info: orm.Mapped[dict] = orm.mapped_column(JSONText,
                                                       nullable=False)
+    # Taken: by an ARQ, or dirty until scrubbed (``state``). Allocation
+    # takes only a handle that is not.
     in_use: orm.Mapped[bool] = orm.mapped_column(
         sa.Boolean, nullable=False, default=False, server_default=sa.false())
+    # free | in_use | dirty | scrubbing (cyborg.db.api.scrubs); in_use is
+    # False exactly when this is free.
+    state: orm.Mapped[str] = orm.mapped_column(
+        sa.String(16), nullable=False, default='free', server_default='free')
+    # Released while its deployable is scrubbed: since when it waits.
+    dirty_since: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        sa.DateTime)
+    # The scrub in progress: which conductor asked for it, and since when,
+    # so that one left by a crash is found and started again.
+    scrub_conductor: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(255))
+    scrub_started_at: orm.Mapped[datetime.datetime | None] = (
+        orm.mapped_column(sa.DateTime))
+    # The last scrub: passed or failed, the step that failed and why,
+    # when it ended and how long it took.
+    last_scrub_result: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(16))
+    last_scrub_step: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(64))
+    last_scrub_message: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    last_scrub_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        sa.DateTime)
+    last_scrub_seconds: orm.Mapped[float | None] = orm.mapped_column(
+        sa.Float)
 
 
 class DeviceProfile(TimestampMixin, Base):

@@ -13,7 +13,9 @@ start and a rate over it is never "no data":
 - recovery runs: ``ok``, ``database_down``, ``error``;
 - MIG instances made on demand: ``created`` and ``destroyed`` by an
   agent for a bind and its release, ``refused`` by the card (no start
-  free for the profile: the bind fails).
+  free for the profile: the bind fails);
+- scrubs of released attach handles: ``passed`` (verified clean) or
+  ``failed`` (the device is quarantined), by scrub method.
 """
 
 import time
@@ -28,12 +30,15 @@ RECOVERY_WORKERS = ('bind-takeover', 'overdue-binds', 'deletions',
 RUN_OUTCOMES = ('ok', 'database_down', 'error')
 PLACEMENT_METHODS = ('GET', 'POST', 'PUT', 'DELETE')
 MIG_OUTCOMES = ('created', 'destroyed', 'refused')
+SCRUB_RESULTS = ('passed', 'failed')
 
 # A report is a diff and a Placement sync: milliseconds to a minute.
 REPORT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 # A bind may program an FPGA: up to minutes.
 BIND_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 # One HTTP call to Placement.
+# A scrub: a reset in a second, an NVMe sanitize in an hour.
+SCRUB_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600)
 PLACEMENT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                      10, 30)
 
@@ -86,6 +91,14 @@ class ConductorMetrics:
             **on)
         for outcome in MIG_OUTCOMES:
             self.mig_instances.labels(outcome)
+        self.scrubs = prometheus_client.Counter(
+            'cyborg_conductor_scrubs', 'Scrubs of released attach handles '
+            'this conductor asked agents for, by method and result.',
+            ['method', 'result'], **on)
+        self.scrub_seconds = prometheus_client.Histogram(
+            'cyborg_conductor_scrub_duration_seconds', 'Time of one scrub '
+            'of a released attach handle, verification included, by '
+            'method.', ['method'], buckets=SCRUB_BUCKETS, **on)
         for outcome in REPORT_OUTCOMES:
             self.reports.labels(outcome)
         for outcome in BIND_OUTCOMES:
@@ -118,6 +131,10 @@ class ConductorMetrics:
     def recovery_took(self, worker, items):
         if items:
             self.recovery_items.labels(worker).inc(items)
+
+    def scrubbed(self, method, result, seconds):
+        self.scrubs.labels(method, result).inc()
+        self.scrub_seconds.labels(method).observe(seconds)
 
     def placement_request(self, method, status, seconds):
         """For ``PlacementClient.on_request``: ``status`` None when no

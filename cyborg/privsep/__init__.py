@@ -13,6 +13,9 @@ anything:
 - ``playbook.run_playbook``: run the setup or teardown playbook of a
   device configuration pair from a root-owned directory, with the
   variables it declares, without any capability.
+- ``pci_reset.reset_function``: reset a PCI function bound to
+  ``vfio-pci`` (a function-level reset where it has one), to scrub a
+  device a VM had before the next one gets it;
 - ``mig.create_mig_instance`` / ``mig.destroy_mig_instance``: create
   the MIG instance of a bind through NVML at the start the daemon
   chooses, and destroy exactly that instance at unbind, on a GPU listed

@@ -14,6 +14,12 @@ agent builds it with the configuration object and the shared
   instance the bind's request names and answer what it is, destroy it
   again from that answer). A PCI function needs nothing: the defaults do
   nothing.
+- ``scrub_method()`` / ``scrub_attach_handle()``: whether a deployable's
+  handles are scrubbed between tenants, and the scrub of one released
+  handle, verified (a GPU passed through: a function-level reset, then a
+  check that it came back; an mdev or a MIG instance: a check that it is
+  gone). A handle the driver scrubs is given to no one between its
+  release and a verified scrub.
 - ``program()`` to load a bitstream into an FPGA, with the bitstream's
   Glance properties as ``metadata``. Drivers of other devices refuse it.
   Once programmed, the next ``discover()`` reports the loaded function as
@@ -68,6 +74,20 @@ class DriverError(exception.CyborgError):
 class OperationNotSupported(DriverError):
     status = 409
     code = 'cyborg.driver_operation_not_supported'
+
+
+class ScrubFailed(DriverError):
+    """A scrub that did not end with a verified clean handle: ``step``
+    names what failed."""
+
+    status = 409
+    code = 'cyborg.scrub_failed'
+
+    def __init__(self, step, message=None):
+        if message is None:  # rebuilt from its text: 'step: message'
+            step, _, message = step.partition(': ')
+        self.step = step
+        super().__init__('%s: %s' % (step, message))
 
 
 # What a privileged call may raise: its arguments refused, the host
@@ -132,6 +152,21 @@ class AcceleratorDriver(abc.ABC):
         """Undo ``prepare_attach_handle``, whose answer ``details`` is;
         harmless if already undone."""
         return None
+
+    def scrub_method(self, deployable: inventory.Deployable) -> str | None:
+        """How the handles of ``deployable`` are scrubbed between tenants
+        (reported as its attribute ``scrub_method``); None: they are not,
+        and are free again as soon as released."""
+        return None
+
+    def scrub_attach_handle(self, device: inventory.Device,
+                            handle: inventory.AttachHandle, uuid: str,
+                            method: str) -> list[str]:
+        """Scrub ``handle`` (released by its last ARQ, which had it as
+        ``uuid``) by ``method``, then verify it is clean: the steps done,
+        in order. Raises ``ScrubFailed`` naming the step that failed."""
+        raise OperationNotSupported(
+            'Driver %s does not scrub attach handles' % self.name)
 
     # Devices that lower their PCIe link speed themselves when idle (GPUs):
     # their link is judged on its width only.

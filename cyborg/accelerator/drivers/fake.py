@@ -16,7 +16,9 @@ A bitstream without a function leaves it with none. An agent that
 restarts forgets what was programmed, as a card that is power-cycled does.
 
 Observed, it is always healthy and reports no usage: there is nothing to
-read.
+read. It holds no tenant data, so it is not scrubbed, unless tests say
+otherwise with ``[fake_driver] scrub`` (passing, failing or hanging
+scrubs, each ``scrub_seconds`` long).
 """
 
 import dataclasses
@@ -50,6 +52,7 @@ DEPLOYABLE_NAME = 'FakeDevice'
 # The fake card's one reconfigurable region, named the way the Intel
 # driver reports a real one, so that bitstream matching has a region.
 REGION_UUID = 'f4c6a1b2-7d3e-4c58-9a0b-1e2f3d4c5b6a'
+SCRUB_METHOD = 'fake'
 
 
 def function_id(function_uuid):
@@ -67,6 +70,7 @@ class FakeDriver(base.AcceleratorDriver):
             fake_driver_conf.register_opts(conf)
         self._lock = threading.Lock()
         self._function = None  # function id loaded by program()
+        self._hung = threading.Event()  # a 'hang' scrub waits on it
 
     @property
     def program_seconds(self):
@@ -115,6 +119,32 @@ class FakeDriver(base.AcceleratorDriver):
             controlpath_info=card.as_info(),
             std_board_info={'vendor_id': VENDOR_ID, 'product_id': 'abcd'},
             deployables=[deployable])]
+
+    def _scrub(self):
+        if self.conf is None:
+            return 'none', 0
+        return self.conf.fake_driver.scrub, self.conf.fake_driver.scrub_seconds
+
+    def scrub_method(self, deployable):
+        return None if self._scrub()[0] == 'none' else SCRUB_METHOD
+
+    def scrub_attach_handle(self, device, handle, uuid, method):
+        behaviour, seconds = self._scrub()
+        if method != SCRUB_METHOD or behaviour == 'none':
+            raise base.OperationNotSupported(
+                'The fake FPGA scrubs by %s only, when [fake_driver] scrub '
+                'says so' % SCRUB_METHOD)
+        if behaviour == 'hang':
+            self._hung.wait()  # until ``end_hung_scrubs``
+        time.sleep(seconds)
+        if behaviour == 'fail':
+            raise base.ScrubFailed('verify', 'handle %s still holds data '
+                                   'of its last tenant' % uuid)
+        return ['clear', 'verify']
+
+    def end_hung_scrubs(self):
+        """Let 'hang' scrubs return (tests, at their end)."""
+        self._hung.set()
 
     def observe_device(self, device):
         return health.Observation.of(

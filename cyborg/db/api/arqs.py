@@ -29,6 +29,7 @@ from cyborg.db.api import host_sync_states
 from cyborg.db.api import locking
 from cyborg.db.api import pagination
 from cyborg.db.api import project_usage
+from cyborg.db.api import scrubs
 from cyborg.objects import inventory
 
 ARQ = models.ExtendedAcceleratorRequest
@@ -792,7 +793,8 @@ def allocate_attach_handle(context, arq_id, deployable_ids):
             taken = session.execute(
                 sa.update(Handle).where(
                     Handle.id == handle['id'], Handle.in_use == sa.false()
-                ).values(in_use=True, uuid=handle['uuid']))
+                ).values(in_use=True, state=scrubs.IN_USE,
+                         uuid=handle['uuid']))
             if taken.rowcount == 1:
                 session.execute(
                     sa.update(ARQ).where(ARQ.id == arq_id).values(
@@ -1015,10 +1017,9 @@ def overdue_bind_hosts(context, now=None):
 
 
 def _free_handles(session, handle_ids):
-    handle_ids = [h for h in handle_ids if h is not None]
-    if handle_ids:
-        session.execute(sa.update(Handle).where(
-            Handle.id.in_(handle_ids)).values(in_use=False))
+    """Give the handles back: dirty until scrubbed, where their driver
+    scrubs (``scrubs.release_handles``)."""
+    scrubs.release_handles(session, handle_ids)
 
 
 # -- Nova's events -------------------------------------------------------

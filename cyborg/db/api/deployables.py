@@ -3,7 +3,8 @@
 A deployable names its device, parent and root by uuid (the row ids stay
 inside the database), carries its attributes, read for a whole page in
 one more query, and its device's health; its device's usage figures take
-two queries more when asked for.
+two queries more when asked for, its attach handles (their state and
+last scrub) one more.
 """
 
 import collections
@@ -19,6 +20,7 @@ Deployable = models.Deployable
 _deployables = Deployable.__table__
 _devices = models.Device.__table__
 _attributes = models.Attribute.__table__
+_handles = models.AttachHandle.__table__
 _parents = _deployables.alias('parents')
 _roots = _deployables.alias('roots')
 
@@ -41,9 +43,10 @@ _SELECT = sa.select(
 
 
 def list_deployables(context, name=None, device_uuid=None, rp_uuid=None,
-                     usage=False, **page):
-    """(rows, attributes by deployable id, usage by device id): two
-    queries for any page, four with ``usage``."""
+                     usage=False, handles=False, **page):
+    """(rows, attributes by deployable id, usage by device id, attach
+    handles by deployable id): two queries for any page, two more with
+    ``usage``, one more with ``handles``."""
     stmt = _SELECT
     for column, value in ((_deployables.c.name, name),
                           (_devices.c.uuid, device_uuid),
@@ -54,12 +57,13 @@ def list_deployables(context, name=None, device_uuid=None, rp_uuid=None,
         stmt = pagination.paginate(connection, stmt, Deployable, **page)
         rows = connection.execute(stmt).all()
         return (rows, _attributes_of(connection, [r.id for r in rows]),
-                _usage(connection, rows, usage))
+                _usage(connection, rows, usage),
+                _handles_of(connection, [r.id for r in rows], handles))
 
 
-def get_deployable(context, uuid, usage=False):
-    """(row, attributes, usage) as ``list_deployables`` answers them;
-    NotFound if there is none."""
+def get_deployable(context, uuid, usage=False, handles=False):
+    """(row, attributes, usage, handles) as ``list_deployables`` answers
+    them; NotFound if there is none."""
     with context.db.read_connection(context) as connection:
         row = connection.execute(
             _SELECT.where(_deployables.c.uuid == uuid)).one_or_none()
@@ -68,7 +72,27 @@ def get_deployable(context, uuid, usage=False):
                 'No deployable with uuid %s exists.' % uuid,
                 code='cyborg.deployable.not_found')
         return (row, _attributes_of(connection, [row.id]),
-                _usage(connection, [row], usage))
+                _usage(connection, [row], usage),
+                _handles_of(connection, [row.id], handles))
+
+
+def _handles_of(connection, deployable_ids, wanted):
+    """{deployable id: [attach handle row, ...] by id}."""
+    found = collections.defaultdict(list)
+    if wanted and deployable_ids:
+        for row in connection.execute(
+                sa.select(_handles.c.deployable_id, _handles.c.uuid,
+                          _handles.c.attach_type, _handles.c.state,
+                          _handles.c.dirty_since,
+                          _handles.c.last_scrub_result,
+                          _handles.c.last_scrub_step,
+                          _handles.c.last_scrub_message,
+                          _handles.c.last_scrub_at,
+                          _handles.c.last_scrub_seconds)
+                .where(_handles.c.deployable_id.in_(deployable_ids))
+                .order_by(_handles.c.deployable_id, _handles.c.id)):
+            found[row.deployable_id].append(row)
+    return found
 
 
 def _usage(connection, rows, wanted):

@@ -26,6 +26,7 @@ import sqlalchemy as sa
 
 from cyborg.db import models
 from cyborg.db.api import health_override
+from cyborg.db.api import scrubs
 
 # The states of cyborg.accelerator.drivers.health that decide quarantine.
 HEALTHY = 'healthy'
@@ -136,13 +137,15 @@ def write_health(connection, updates):
 
 def due_for_release(connection, cutoff):
     """``[(hostname, device id, uuid, health_override)]`` of quarantined
-    devices healthy since ``cutoff`` or earlier: one SELECT."""
+    devices healthy since ``cutoff`` or earlier, but for those with a
+    handle whose scrub failed (``scrubs.failed_on``): one SELECT."""
     return connection.execute(
         sa.select(_devices.c.hostname, _devices.c.id, _devices.c.uuid,
                   _devices.c.health_override)
         .where(_devices.c.quarantined.is_(True),
                _devices.c.health == HEALTHY,
-               _devices.c.health_updated_at <= cutoff)
+               _devices.c.health_updated_at <= cutoff,
+               ~scrubs.failed_on(_devices.c.id))
         .order_by(_devices.c.hostname, _devices.c.id)).all()
 
 
@@ -157,7 +160,8 @@ def release(connection, device_ids, cutoff):
         .where(_devices.c.id.in_(device_ids),
                _devices.c.quarantined.is_(True),
                _devices.c.health == HEALTHY,
-               _devices.c.health_updated_at <= cutoff)
+               _devices.c.health_updated_at <= cutoff,
+               ~scrubs.failed_on(_devices.c.id))
         .values(quarantined=False, updated_at=models.utcnow())).rowcount
 
 

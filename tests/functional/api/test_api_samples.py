@@ -39,6 +39,7 @@ import re
 import time
 
 import pytest
+import sqlalchemy as sa
 
 from cyborg.accelerator.drivers import fake
 from cyborg.db import models
@@ -404,6 +405,38 @@ def test_deployables(api, db, stored, arq_conductor):
     check('deployable-get-v2.5-resp.json', api.get(
         DEPLOYABLES + '/' + uuid, headers={**ADMIN, **version('2.5')},
         status=200).json)
+
+    scrubbed(db, stored)
+    check('deployable-get-v2.9-resp.json', api.get(
+        DEPLOYABLES + '/' + uuid, headers={**ADMIN, **version('2.9')},
+        status=200).json)
+
+
+def scrubbed(db, stored):
+    """The fake FPGA scrubbed by its driver, its first handle dirty after
+    a scrub that failed, its second in use."""
+    deployable = stored.deployables['FakeDevice']
+    now = models.utcnow().replace(microsecond=0)
+    handles = models.AttachHandle.__table__
+    with db.engine.begin() as connection:
+        connection.execute(models.Attribute.__table__.insert().values(
+            uuid='7d1e3f5a-9b2c-4d6e-8f0a-1b2c3d4e5f6a',
+            deployable_id=deployable.id, key='scrub_method', value='fake',
+            origin='driver', created_at=now))
+        first, second = connection.execute(
+            sa.select(handles.c.id).where(
+                handles.c.deployable_id == deployable.id)
+            .order_by(handles.c.id).limit(2)).scalars()
+        connection.execute(handles.update().where(handles.c.id == first)
+                           .values(state='dirty', in_use=True,
+                                   dirty_since=now,
+                                   last_scrub_result='failed',
+                                   last_scrub_step='verify',
+                                   last_scrub_message='the region still '
+                                   'holds data', last_scrub_at=now,
+                                   last_scrub_seconds=0.8))
+        connection.execute(handles.update().where(handles.c.id == second)
+                           .values(state='in_use', in_use=True))
 
 
 def test_attributes(api, stored):

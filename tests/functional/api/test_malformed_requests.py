@@ -276,7 +276,7 @@ CASES = [
      'DELETE'),
     ('device-post', 'POST', DEV, {'type': 'GPU'}, {}, 405, 'POST'),
     ('device-disable-version', 'POST', DEV + '/%s/disable' % DEVICE, None,
-     {'OpenStack-API-Version': 'accelerator 2.9'}, 406, '2.9'),
+     {'OpenStack-API-Version': 'accelerator 2.50'}, 406, '2.50'),
     ('device-health-bad', 'GET', DEV + '?health=sick', None, V25, 400,
      "'sick'"),
     ('device-override-bad', 'PUT', OVERRIDE, {'health_override': 'off'},

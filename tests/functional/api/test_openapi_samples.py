@@ -46,6 +46,7 @@ ANSWERS = {
     'attributes-list-resp.json': ('get', '/v2/attributes', '200'),
     'deployable-get-resp.json': ('get', DEPLOYABLE, '200'),
     'deployable-get-v2.5-resp.json': ('get', DEPLOYABLE, '200'),
+    'deployable-get-v2.9-resp.json': ('get', DEPLOYABLE, '200'),
     'deployable-program-resp.json': ('patch', DEPLOYABLE + '/program',
                                      '409'),
     'deployables-list-resp.json': ('get', '/v2/deployables', '200'),

@@ -9,7 +9,7 @@ def test_root_document(api):
     body = api.get('/').json
 
     version = {'id': 'v2', 'status': 'CURRENT', 'min_version': '2.0',
-               'max_version': '2.8',
+               'max_version': '2.9',
                'links': [{'href': 'http://localhost/v2', 'rel': 'self'}]}
     assert body['versions'] == [version]
     assert body['default_version'] == version
@@ -21,7 +21,7 @@ def test_v2_document_has_a_self_link(api):
 
     assert response.json == {
         'id': 'v2.0', 'status': 'CURRENT', 'min_version': '2.0',
-        'max_version': '2.8',
+        'max_version': '2.9',
         'links': [{'href': 'http://localhost/v2/', 'rel': 'self'}]}
     assert response.headers['OpenStack-API-Version'] == 'accelerator 2.0'
     assert response.headers['Vary'] == 'OpenStack-API-Version'
@@ -35,18 +35,18 @@ def test_every_v2_response_carries_version_headers(api):
             expect_errors=True)
         assert response.status_int == status
         assert response.headers['OpenStack-API-Minimum-Version'] == '2.0'
-        assert response.headers['OpenStack-API-Maximum-Version'] == '2.8'
+        assert response.headers['OpenStack-API-Maximum-Version'] == '2.9'
         assert response.headers['OpenStack-API-Version'] == (
-            'accelerator 2.8')
+            'accelerator 2.9')
 
 
 def test_unsupported_version_is_406_with_the_range(api):
     response = api.get('/v2/device_profiles', expect_errors=True,
-                       headers={'OpenStack-API-Version': 'accelerator 2.9'})
+                       headers={'OpenStack-API-Version': 'accelerator 2.10'})
 
     assert response.status_int == 406
-    assert response.headers['OpenStack-API-Maximum-Version'] == '2.8'
-    assert '2.8' in response.json['error_message']
+    assert response.headers['OpenStack-API-Maximum-Version'] == '2.9'
+    assert '2.9' in response.json['error_message']
 
 
 def test_request_id_is_returned(api):

@@ -89,6 +89,8 @@ def conductor(deployment, host, nova_section, recovery_interval=1):
         '[conductor]',
         'retry_interval = 1',
         'recovery_interval = %d' % recovery_interval,
+        '[scrub]',
+        'interval = 1',
         '',
     ]) + nova_section
     return ServiceProcess('cyborg-conductor', directory, config)

@@ -58,6 +58,7 @@ import re
 from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers import health
 from cyborg.accelerator.drivers import pci
+from cyborg.accelerator.drivers import scrub
 from cyborg.accelerator.drivers import traits
 from cyborg.accelerator.drivers.gpu import mig_fit
 from cyborg.accelerator.drivers.gpu import mig_nvml
@@ -353,6 +354,27 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
                              % (uuid, type_id, parent)):
             mdev.remove_mdev(uuid, str(parent), type_id)
         return None
+
+    # Scrubs between tenants (``cyborg.accelerator.drivers.scrub``): a GPU
+    # passed through whole is reset, a vGPU checked gone. MIG slots are
+    # not scrubbed yet: their handles are free again once released.
+
+    def scrub_method(self, deployable):
+        kinds = {h.attach_type for h in deployable.attach_handles}
+        if kinds == {'PCI'}:
+            return scrub.FLR
+        if kinds == {'MDEV'}:
+            return scrub.MDEV_DESTROY
+        return None
+
+    def scrub_attach_handle(self, device, handle, uuid, method):
+        if method == scrub.FLR and handle.attach_type == 'PCI':
+            return scrub.reset_function(self.pci_health,
+                                        _handle_address(handle), VENDOR_ID)
+        if method == scrub.MDEV_DESTROY and handle.attach_type == 'MDEV':
+            return scrub.destroy_mdev(self.pci, _handle_address(handle),
+                                      handle.attach_info['asked_type'], uuid)
+        return super().scrub_attach_handle(device, handle, uuid, method)
 
     # MIG instances on demand: made by the agent's privileged helper,
     # which chooses the start and serialises the binds of one card.

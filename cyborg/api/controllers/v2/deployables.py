@@ -1,5 +1,6 @@
 """/v2/deployables: the units of a device that Placement sees; from 2.5
-each shows its device's health."""
+each shows its device's health, from 2.9 its scrub method and its attach
+handles, each with its state and last scrub."""
 
 import pecan
 
@@ -15,10 +16,27 @@ from cyborg.api.controllers import resource
 from cyborg.db.api import deployables as db
 
 PROGRAM = 'program'
+# Deployables show their attach handles and how they are scrubbed.
+HANDLES_FROM_VERSION = (2, 9)
+SCRUB_ATTRIBUTE = 'scrub_method'
 _PROGRAM_OP_FIELDS = {'path', 'op', 'value'}
 
 
-def _view(deployable, attributes, usage, base_url, version):
+def _handle_view(handle):
+    last = None
+    if handle.last_scrub_result is not None:
+        last = {'result': handle.last_scrub_result,
+                'step': handle.last_scrub_step,
+                'message': handle.last_scrub_message,
+                'finished_at': views.timestamp(handle.last_scrub_at),
+                'seconds': handle.last_scrub_seconds}
+    return {'uuid': handle.uuid, 'attach_type': handle.attach_type,
+            'state': handle.state,
+            'dirty_since': views.timestamp(handle.dirty_since),
+            'last_scrub': last}
+
+
+def _view(deployable, attributes, usage, base_url, version, handles=None):
     view = {
         'uuid': deployable.uuid,
         'parent_id': deployable.parent_uuid,
@@ -38,6 +56,11 @@ def _view(deployable, attributes, usage, base_url, version):
     if version >= device_health.FROM_VERSION:
         view.update(device_health.fields(
             deployable, usage.get(deployable.device_row_id)))
+    if version >= HANDLES_FROM_VERSION:
+        view['scrub_method'] = dict(attributes.get(deployable.id, ())).get(
+            SCRUB_ATTRIBUTE)
+        view['attach_handles'] = [
+            _handle_view(h) for h in (handles or {}).get(deployable.id, ())]
     return view
 
 
@@ -129,16 +152,17 @@ class DeployablesController(resource.ResourceController):
         request.authorize('cyborg:deployable:get_all')
         page = collection.page_params(request, params,
                                       {'name', 'created_at'})
-        rows, attributes, usage = db.list_deployables(
+        rows, attributes, usage, handles = db.list_deployables(
             request.context, name=collection.single(params, 'name'),
             device_uuid=_uuid_param(params, 'device_id'),
             rp_uuid=_uuid_param(params, 'rp_uuid'),
             usage=request.version >= device_health.FROM_VERSION
-            and device_health.usage_shown(request), **page)
+            and device_health.usage_shown(request),
+            handles=request.version >= HANDLES_FROM_VERSION, **page)
         base = views.base_url(request)
         return collection.listing(
             request, 'deployables',
-            [_view(d, attributes, usage, base, request.version)
+            [_view(d, attributes, usage, base, request.version, handles)
              for d in rows], page)
 
     @expose.json()
@@ -152,7 +176,7 @@ class DeployablesController(resource.ResourceController):
         request = pecan.request
         request.authorize('cyborg:deployable:program')
         image_uuid = check_program_patch(request_body.load_json(request))
-        row, _, _ = db.get_deployable(request.context, _item_uuid(key))
+        row = db.get_deployable(request.context, _item_uuid(key))[0]
         conf = request.app_state.conf
         conductor_calls.call(
             request, 'program_deployable', row.uuid, image_uuid,
@@ -166,8 +190,9 @@ class DeployablesController(resource.ResourceController):
 
 def _current_view(request, uuid):
     with_health = request.version >= device_health.FROM_VERSION
-    row, attributes, usage = db.get_deployable(
+    row, attributes, usage, handles = db.get_deployable(
         request.context, uuid,
-        usage=with_health and device_health.usage_shown(request))
+        usage=with_health and device_health.usage_shown(request),
+        handles=request.version >= HANDLES_FROM_VERSION)
     return _view(row, attributes, usage, views.base_url(request),
-                 request.version)
+                 request.version, handles)

@@ -82,6 +82,9 @@ class Function:
     net: tuple[str, ...] = ()
     fpga: OPAE | DFL | None = None
     qat: QAT | None = None
+    # The kernel's reset methods ('flr'): the function then has its
+    # write-only ``reset`` file.
+    reset_method: str | None = None
 
 
 def virtual_functions(pf, device, addresses, driver=None):
@@ -177,6 +180,9 @@ def _write_function(root, function, path):
         _write(os.path.join(path, name), value)
     _link(os.path.join(root, 'sys/bus/pci/devices', function.bdf), path)
     _write_raw(os.path.join(path, 'driver_override'), '(null)\n')
+    if function.reset_method:
+        _write(os.path.join(path, 'reset_method'), function.reset_method)
+        _write_raw(os.path.join(path, 'reset'), '')
     if function.driver:
         _link(os.path.join(path, 'driver'),
               driver_directory(root, function.driver))
