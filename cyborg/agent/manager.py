@@ -68,6 +68,7 @@ from cyborg.accelerator.drivers import loader
 from cyborg.accelerator.drivers import pci
 from cyborg.accelerator.drivers.gpu import mig_nvml
 from cyborg.agent import device_config
+from cyborg.agent import mdev_restore
 from cyborg.agent import mig_restore
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.agent import scrub
@@ -224,6 +225,12 @@ class AgentManager:
         # answer named them ({address: [{instance_uuid, project_id}]}),
         # for the metrics endpoint's labels.
         self.bindings = {}
+        # The mdevs of Bound ARQs, put back before the first report.
+        self.mdev_restore = mdev_restore.MdevRestore(
+            conf.host, drivers, conductor, self._context,
+            lambda driver_name, info: self._lock_of(
+                (driver_name, mdev_restore.MDEV, _address_text(info))),
+            timeout=conf.agent.report_timeout)
         # The MIG instances of binds, put back before the first report.
         self.mig_restore = mig_restore.MIGRestore(
             conf.host, drivers, conductor, self._context,
@@ -613,8 +620,8 @@ class AgentManager:
             return self._report_inventory()
 
     def _report_inventory(self):
-        if self.mig_restore.pending:
-            self._restore_mig_instances()
+        if self.mig_restore.pending or self.mdev_restore.pending:
+            self._restore_after_restart()
         try:
             snapshot = self.discover()
         except DiscoveryFailed as exc:
@@ -658,14 +665,16 @@ class AgentManager:
         self.last_report = result
         return result
 
-    def _restore_mig_instances(self):
-        """Before a report, while not done: the MIG instances of this
-        host's binds put back after its restart (``mig_restore``), so
-        that the report shows the GPUs as their binds left them."""
+    def _restore_after_restart(self):
+        """Before a report, while not done: the mdevs and MIG instances
+        of this host's binds put back after its restart (``mdev_restore``,
+        ``mig_restore``), so that the report shows the GPUs as their
+        binds left them."""
         try:
             service.check_message_bus(self.conf)
         except ConnectionError:
             return  # the report says so
+        self.mdev_restore.run(server=self.owner)
         self.mig_restore.run(server=self.owner)
 
     def _send_report(self, snapshot, names):

@@ -289,6 +289,22 @@ class ConductorManager:
                               'attach_info': row['attach_info']},
             'attach_details': row['attach_details']}) for row in rows]
 
+    # -- mdevs after a host restart (1.6) ---------------------------------
+
+    @messaging.expected_exceptions(*DATABASE_DOWN)
+    @rpc.ignores_unknown_args
+    def mdevs_of_host(self, context, host):
+        # Read only: any conductor answers, the owner or not.
+        with _database_outage('listing the mdevs of host %s' % host):
+            rows = arqs_db.mdevs_of_host(context, host)
+        return [rpcapi.MDEV_HELD.dump({
+            'arq_uuid': row['uuid'], 'state': row['state'],
+            'driver_name': row['driver_name'],
+            'attach_handle': {'uuid': row['handle_uuid'],
+                              'attach_type': row['attach_type'],
+                              'attach_info': row['attach_info']}})
+            for row in rows]
+
     @messaging.expected_exceptions(exception.Invalid, *DATABASE_DOWN)
     @rpc.ignores_unknown_args
     def record_mig_instance(self, context, arq_uuid, handle_uuid,

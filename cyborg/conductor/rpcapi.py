@@ -11,6 +11,8 @@ Version history (bump the minor for additions, keep old calls working):
       forwarded=True, which a conductor of 1.4 ignores)
   1.5 mig_instances_of_host, record_mig_instance: an agent puts back
       the MIG instances of its binds after its host restarted
+  1.6 mdevs_of_host: an agent puts back the mdevs of its Bound ARQs
+      after its host restarted
 
 Rolling upgrades: ``[upgrade_levels] conductor`` caps what this client
 sends. A method names the version it needs in ``_prepare``, which
@@ -27,7 +29,7 @@ summaries returned are ``SUMMARY`` payloads.
 from cyborg import rpc
 from cyborg.objects import payload
 
-VERSION = '1.5'
+VERSION = '1.6'
 
 # What report_host_inventory and set_device_status answer: a dict of
 # facts for logs. 1.1: the report's answer has ``bindings``, {device
@@ -39,6 +41,10 @@ SUMMARY = payload.Kind('conductor summary', '1.1')
 MIG_HELD = payload.Kind('MIG instance held', '1.0',
                         required=('arq_uuid', 'state', 'driver_name',
                                   'attach_handle', 'attach_details'))
+# An ARQ that holds an mdev on a host: the handle (its UUID the mdev's).
+MDEV_HELD = payload.Kind('mdev held', '1.0',
+                         required=('arq_uuid', 'state', 'driver_name',
+                                   'attach_handle'))
 
 
 class ConductorAPI:
@@ -167,6 +173,17 @@ class ConductorAPI:
                                           server=server)).call(
             context, 'mig_instances_of_host', host=host)
         return [MIG_HELD.load(held) for held in answer or ()]
+
+    def mdevs_of_host(self, context, host, timeout=None, server=None):
+        """The Bound ARQs that hold an mdev on ``host`` (1.6): a list of
+        ``MDEV_HELD`` fields, ``{arq_uuid, state, driver_name,
+        attach_handle: {uuid, attach_type, attach_info}}``. Under a cap
+        below 1.6 raises ``rpc.VersionCapped``."""
+        answer = self._prepare('mdevs_of_host', '1.6',
+                               **_options(timeout=timeout,
+                                          server=server)).call(
+            context, 'mdevs_of_host', host=host)
+        return [MDEV_HELD.load(held) for held in answer or ()]
 
     def record_mig_instance(self, context, arq_uuid, handle_uuid,
                             old_details, new_details, timeout=None,

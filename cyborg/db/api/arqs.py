@@ -823,6 +823,21 @@ def mig_instances_of_host(context, hostname):
     names the host): those that kept what their bind made, in any state
     (a release not done yet keeps it too), with their attach handle and
     driver. One SELECT."""
+    return held_on_host(context, hostname, 'MIG',
+                        ARQ.attach_details.is_not(None))
+
+
+def mdevs_of_host(context, hostname):
+    """The Bound ARQs that hold an mdev (an ``MDEV`` handle, its UUID
+    the mdev's) on ``hostname``, with their attach handle and driver:
+    what a host restart loses. One SELECT."""
+    return held_on_host(context, hostname, 'MDEV',
+                        ARQ.state == states.BOUND)
+
+
+def held_on_host(context, hostname, attach_type, *where):
+    """The ARQs holding a handle of ``attach_type`` on ``hostname`` that
+    ``where`` keeps, with their handle and driver."""
     stmt = (sa.select(ARQ.uuid, ARQ.state, ARQ.attach_details,
                       Handle.uuid.label('handle_uuid'), Handle.attach_type,
                       Handle.attach_info, Deployable.driver_name)
@@ -831,8 +846,7 @@ def mig_instances_of_host(context, hostname):
             .join(Deployable, Deployable.id == Handle.deployable_id)
             .join(Device, Device.id == Deployable.device_id)
             .where(Device.hostname == hostname,
-                   Handle.attach_type == 'MIG',
-                   ARQ.attach_details.is_not(None))
+                   Handle.attach_type == attach_type, *where)
             .order_by(ARQ.id))
     with context.db.read_connection(context) as connection:
         return [dict(r._mapping) for r in connection.execute(stmt)]

@@ -126,6 +126,9 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
         # {GPU address: {MIG UUID: why}}: instances of binds that could
         # not be made again after the host restarted, until released.
         self._mig_unplaced = {}
+        # {GPU address: {mdev UUID: why}}: mdevs of Bound ARQs that could
+        # not be made again after the host restarted, until released.
+        self._mdev_unplaced = {}
         self.mig_on_demand = frozenset(
             inventory.PCIAddress.parse(text)
             for text in conf.gpu_devices.mig_on_demand_addresses)
@@ -312,7 +315,8 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
 
     def observe_vendor(self, device, address):
         findings, usage = self._observe_nvml(address)
-        unplaced = self._mig_unplaced.get(address)
+        unplaced = {**self._mig_unplaced.get(address, {}),
+                    **self._mdev_unplaced.get(address, {})}
         if unplaced:
             # Unhealthy: the conductor quarantines the GPU, so that no
             # bind lands on a card whose binds are not all there.
@@ -353,7 +357,42 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
         with base.privileged('Cannot remove mdev %s of type %s on %s'
                              % (uuid, type_id, parent)):
             mdev.remove_mdev(uuid, str(parent), type_id)
+        for unplaced in self._mdev_unplaced.values():
+            unplaced.pop(uuid, None)
         return None
+
+    def restore_mdev(self, attach_info, uuid):
+        """Make mdev ``uuid`` of a Bound ARQ's handle (``attach_info``:
+        its parent function and ``asked_type``) again after the host
+        restarted: 'kept' if it is there, 'made' if made again. One that
+        cannot be (its type no longer offered, the kernel refusing)
+        raises DriverError, and its GPU is reported unhealthy until the
+        ARQ is released: the conductor quarantines it."""
+        parent = inventory.PCIAddress(attach_info['domain'],
+                                      attach_info['bus'],
+                                      attach_info['device'],
+                                      attach_info['function'])
+        type_id = attach_info['asked_type']
+        function = self.pci.function(parent)
+        offered = (function.mdev_type(type_id) if function is not None
+                   else None)
+        if offered is not None and uuid in offered.devices:
+            return 'kept'
+        gpu = (function.physfn or parent) if function is not None else parent
+        try:
+            if offered is None:
+                raise base.DriverError(
+                    '%s no longer offers vGPU type %s' % (parent, type_id))
+            with base.privileged('Cannot make mdev %s of type %s on %s'
+                                 % (uuid, type_id, parent)):
+                mdev.create_mdev(str(parent), type_id, uuid)
+        except base.DriverError as e:
+            why = ('mdev %s of type %s on %s could not be made again after '
+                   'the host restarted: %s' % (uuid, type_id, parent,
+                                               e.message))
+            self._mdev_unplaced.setdefault(gpu, {})[uuid] = why
+            raise base.DriverError(why) from e
+        return 'made'
 
     # Scrubs between tenants (``cyborg.accelerator.drivers.scrub``): a GPU
     # passed through whole is reset, a vGPU checked gone. MIG slots are
