@@ -19,11 +19,9 @@ answer leaves the work to the next report.
 import threading
 
 from oslo_log import log
-import oslo_messaging as messaging
 
-from cyborg import rpc
-from cyborg import service
 from cyborg.accelerator.drivers import base
+from cyborg.agent import restore_ask
 
 LOG = log.getLogger(__name__)
 
@@ -60,25 +58,14 @@ class MdevRestore:
         answer is asked again at the next call."""
         if not self.pending:
             return True
-        try:
-            held = self.conductor.mdevs_of_host(
+        held = restore_ask.ask(
+            lambda: self.conductor.mdevs_of_host(
                 self.context, self.host, timeout=self.timeout,
-                server=server)
-            problem = None
-        except rpc.VersionCapped as exc:
-            LOG.error('cyborg-agent: the mdevs of this host\'s binds are '
-                      'not restored after its restart: %s', exc)
-            held, problem = [], None
-        except messaging.MessagingTimeout:
-            problem = 'the conductor did not answer within %s s' % (
-                self.timeout,)
-        except Exception as exc:
-            problem = service.describe_error(exc)
-        if problem is not None:
-            LOG.warning('cyborg-agent: cannot restore the mdevs of this '
-                        'host yet: %s; trying again at the next report',
-                        problem)
+                server=server), 'mdevs', self.timeout)
+        if held is None:
             return False
+        if held is restore_ask.CAPPED:
+            held = []
         counts = {'kept': 0, 'made': 0, 'failed': 0}
         for arq in held:
             driver = self._drivers.get(arq['driver_name'])

@@ -34,11 +34,10 @@ this host listed for MIG on demand are touched.
 import threading
 
 from oslo_log import log
-import oslo_messaging as messaging
 
-from cyborg import rpc
 from cyborg import service
 from cyborg.accelerator.drivers.gpu import mig_nvml
+from cyborg.agent import restore_ask
 from cyborg.objects import inventory
 
 LOG = log.getLogger(__name__)
@@ -110,26 +109,15 @@ class MIGRestore:
             left = sorted(self._left, key=lambda g: (g[0].name, str(g[1])))
         if not left:
             return True
-        try:
-            held = self.conductor.mig_instances_of_host(
+        held = restore_ask.ask(
+            lambda: self.conductor.mig_instances_of_host(
                 self.context, self.host, timeout=self.timeout,
-                server=server)
-            problem = None
-        except rpc.VersionCapped as exc:
-            LOG.error('cyborg-agent: the MIG instances of this host\'s '
-                      'binds are not restored after its restart: %s', exc)
+                server=server), 'MIG instances', self.timeout)
+        if held is restore_ask.CAPPED:
             with self._lock:
                 self._left.clear()
             return True
-        except messaging.MessagingTimeout:
-            problem = 'the conductor did not answer within %s s' % (
-                self.timeout,)
-        except Exception as exc:
-            problem = service.describe_error(exc)
-        if problem is not None:
-            LOG.warning('cyborg-agent: cannot restore the MIG instances of '
-                        'this host yet: %s; trying again at the next '
-                        'report', problem)
+        if held is None:
             return False
         for driver, gpu in left:
             mine = [h for h in held if h['driver_name'] == driver.name
