@@ -281,13 +281,9 @@ class ConductorManager:
         with _database_outage('listing the MIG instances of host %s'
                               % host):
             rows = arqs_db.mig_instances_of_host(context, host)
-        return [rpcapi.MIG_HELD.dump({
-            'arq_uuid': row['uuid'], 'state': row['state'],
-            'driver_name': row['driver_name'],
-            'attach_handle': {'uuid': row['handle_uuid'],
-                              'attach_type': row['attach_type'],
-                              'attach_info': row['attach_info']},
-            'attach_details': row['attach_details']}) for row in rows]
+        return [rpcapi.MIG_HELD.dump(
+            _held(row, attach_details=row['attach_details']))
+            for row in rows]
 
     # -- mdevs after a host restart (1.6) ---------------------------------
 
@@ -297,13 +293,7 @@ class ConductorManager:
         # Read only: any conductor answers, the owner or not.
         with _database_outage('listing the mdevs of host %s' % host):
             rows = arqs_db.mdevs_of_host(context, host)
-        return [rpcapi.MDEV_HELD.dump({
-            'arq_uuid': row['uuid'], 'state': row['state'],
-            'driver_name': row['driver_name'],
-            'attach_handle': {'uuid': row['handle_uuid'],
-                              'attach_type': row['attach_type'],
-                              'attach_info': row['attach_info']}})
-            for row in rows]
+        return [rpcapi.MDEV_HELD.dump(_held(row)) for row in rows]
 
     @messaging.expected_exceptions(exception.Invalid, *DATABASE_DOWN)
     @rpc.ignores_unknown_args
@@ -566,6 +556,17 @@ def _logged_outage(func, what):
             LOG.warning('cyborg-conductor: %s waits for the database: %s',
                         what, service.describe_error(exc))
     return run
+
+
+def _held(row, **extra):
+    """What an agent is told of an ARQ that holds a handle on its host
+    (a row of ``arqs_db.held_on_host``)."""
+    return {'arq_uuid': row['uuid'], 'state': row['state'],
+            'driver_name': row['driver_name'],
+            'attach_handle': {'uuid': row['handle_uuid'],
+                              'attach_type': row['attach_type'],
+                              'attach_info': row['attach_info']},
+            **extra}
 
 
 class _PlacementPass:

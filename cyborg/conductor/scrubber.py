@@ -56,7 +56,9 @@ class Scrubber:
         self.owner = owner
         self.metrics = metrics
 
-    def _stale(self, row, now):
+    def _due_now(self, row, now):
+        """A dirty handle is; a scrubbing one once its scrub's time and
+        the grace are up."""
         if row.state != scrubs.SCRUBBING or row.scrub_started_at is None:
             return True
         age = (now - row.scrub_started_at).total_seconds()
@@ -75,11 +77,11 @@ class Scrubber:
             return {}
         now = models.utcnow()
         due = scrubs.due(context, retry_after=self.conf.scrub.retry_interval,
-                         stale_after=0, now=now)
+                         now=now)
         results = {}
         for row in due:
-            if not membership.owns(row.hostname) or not self._stale(row,
-                                                                    now):
+            if not (membership.owns(row.hostname)
+                    and self._due_now(row, now)):
                 continue
             if not scrubs.start(context, row, self.owner):
                 continue  # another conductor took it

@@ -56,12 +56,18 @@ Attribute = models.Attribute
 ControlPath = models.ControlPathID
 
 
-def _scrubbed():
-    """The clause of handles whose deployable's driver scrubs them."""
-    return sa.exists().where(
+def _scrub_method():
+    """The SELECT of the scrub method of a handle's deployable (its
+    driver's ``scrub_method`` attribute), correlated to the handle."""
+    return sa.select(Attribute.value).where(
         Attribute.deployable_id == Handle.deployable_id,
         Attribute.key == SCRUB_ATTRIBUTE,
         Attribute.origin == DRIVER_ORIGIN)
+
+
+def _scrubbed():
+    """The clause of handles whose deployable's driver scrubs them."""
+    return _scrub_method().exists()
 
 
 def release_handles(session, handle_ids):
@@ -114,18 +120,15 @@ class Due:
     cpid_info: str  # the device's control path, JSON text
 
 
-def due(context, retry_after, stale_after, now=None):
-    """The handles to scrub now: dirty ones never tried, or whose last
-    try failed ``retry_after`` seconds ago or more, and scrubbing ones
-    started ``stale_after`` seconds ago or more (whoever ran them died).
-    Oldest first."""
+def due(context, retry_after, now=None):
+    """The handles that may need a scrub now: dirty ones never tried, or
+    whose last try failed ``retry_after`` seconds ago or more, and every
+    scrubbing one, with its start (whether its time is up, whoever ran
+    it having died, depends on its method: the caller judges). Oldest
+    first."""
     now = now or models.utcnow()
     retry_cutoff = now - datetime.timedelta(seconds=retry_after)
-    stale_cutoff = now - datetime.timedelta(seconds=stale_after)
-    method = (sa.select(Attribute.value).where(
-        Attribute.deployable_id == Handle.deployable_id,
-        Attribute.key == SCRUB_ATTRIBUTE,
-        Attribute.origin == DRIVER_ORIGIN).limit(1).scalar_subquery())
+    method = _scrub_method().limit(1).scalar_subquery()
     # A device is known by its first control path.
     cpid_info = (sa.select(ControlPath.cpid_info).where(
         ControlPath.device_id == Device.id).order_by(ControlPath.id)
@@ -143,8 +146,7 @@ def due(context, retry_after, stale_after, now=None):
                     Handle.last_scrub_result.is_(None),
                     Handle.last_scrub_result == PASSED,
                     Handle.last_scrub_at <= retry_cutoff)),
-                sa.and_(Handle.state == SCRUBBING,
-                        Handle.scrub_started_at <= stale_cutoff)))
+                Handle.state == SCRUBBING))
             .order_by(Handle.dirty_since, Handle.id))
     with context.db.read_connection(context) as connection:
         return [Due(*row) for row in connection.execute(stmt)]

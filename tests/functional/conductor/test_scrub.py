@@ -216,7 +216,7 @@ def test_a_scrub_left_scrubbing_by_a_crash_is_taken_over(
         conf, db, admin_context, placement, client, compute_node, left_by):
     with one_released(conf, db, client, placement, admin_context,
                       'pass') as (scrubber, handle_uuid, _):
-        row, = scrubs.due(admin_context, 300, 0)
+        row, = scrubs.due(admin_context, 300)
         owner = ('conductor-2' if left_by == 'another conductor'
                  else 'conductor-1')
         assert scrubs.start(admin_context, row, owner)
