@@ -66,6 +66,7 @@ from cyborg import version as cyborg_version
 from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers import loader
 from cyborg.accelerator.drivers import pci
+from cyborg.accelerator.drivers.fpga import scrub as fpga_scrub
 from cyborg.accelerator.drivers.gpu import mig_nvml
 from cyborg.agent import device_config
 from cyborg.agent import mdev_restore
@@ -311,16 +312,58 @@ class AgentManager:
     @_answers_errors
     @rpc.ignores_unknown_args
     def scrub_attach_handle(self, context, driver_name, attach_handle,
-                            scrub_method):
+                            scrub_method, base_image=None):
         driver, device, handle, uuid = self._find_attach_handle(
             driver_name, attach_handle)
-        with self._handle_lock(driver_name, handle):
-            done = scrub.scrub(driver, device, handle, uuid, scrub_method)
+        reloads = scrub_method == fpga_scrub.FPGA_BASE_IMAGE
+        try:
+            with self._handle_lock(driver_name, handle):
+                if reloads:
+                    done = self._scrub_fpga(driver, device, handle,
+                                            base_image)
+                else:
+                    done = scrub.scrub(driver, device, handle, uuid,
+                                       scrub_method)
+        finally:
+            if reloads:
+                # Before the answer, as after a base image is applied:
+                # the function the card runs now reaches the conductor,
+                # so that no bind takes the tenant's one as still loaded.
+                self.report_inventory()
         LOG.info('Scrubbed %s attach handle %s (%s) of %s by %s in %.1f s: '
                  '%s', handle.attach_type, uuid,
                  _address_text(handle.attach_info), driver_name, scrub_method,
                  done['seconds'], ', '.join(done['steps']))
         return agent_rpcapi.SCRUB_RESULT.dump(done)
+
+    def _scrub_fpga(self, driver, device, handle, base_image):
+        """The ``fpga-base-image`` scrub: the card's base image (a
+        bitstream payload naming it, or None) loaded again and checked,
+        timed as ``scrub.scrub`` times the others."""
+        started = time.monotonic()
+        image_id = (agent_rpcapi.BITSTREAM.load(base_image)['image_id']
+                    if base_image is not None else None)
+        steps = fpga_scrub.scrub(driver, device, handle, image_id,
+                                 functools.partial(self._reload_base_image,
+                                                   driver, device))
+        return {'method': fpga_scrub.FPGA_BASE_IMAGE, 'steps': steps,
+                'seconds': round(time.monotonic() - started, 3)}
+
+    def _reload_base_image(self, driver, device, image_id):
+        """Load base image ``image_id`` into ``device`` through ``_load``,
+        even if this agent loaded it last: the tenant may have changed
+        the card since. Its Glance properties."""
+        try:
+            image = self._glance_client().get_bitstream(image_id)
+        except exception.CyborgError as exc:
+            raise base.ScrubFailed(fpga_scrub.RELOAD, 'Cannot find base '
+                                   'image %s: %s' % (image_id, exc.message))
+        properties = dict(image['properties'])
+        with self._loaded_lock:
+            self._loaded.pop((driver.name,
+                              _address_text(device.controlpath_info)), None)
+        self._load(driver, device, image_id, properties)
+        return properties
 
     @_answers_errors
     @rpc.ignores_unknown_args

@@ -24,6 +24,8 @@ Version history (bump the minor for additions, keep old calls working):
       ``details``: MIG instances made at bind (``MIG_REQUEST``,
       ``MIG_INSTANCE``, ``MIG_RELEASED``)
   1.5 scrub_attach_handle (``SCRUB_RESULT``)
+  1.6 scrub_attach_handle with ``base_image``: the FPGA base image that an
+      ``fpga-base-image`` scrub loads again (``BITSTREAM``)
 
 ``[upgrade_levels] agent`` caps what the conductor sends, as
 ``[upgrade_levels] conductor`` does for the conductor's API (see
@@ -44,10 +46,13 @@ from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers.gpu import mig_nvml
 from cyborg.objects import payload
 
-VERSION = '1.5'
+VERSION = '1.6'
 # The first version whose prepare and release make and destroy what a
 # bind asks for (a MIG instance).
 REQUEST_VERSION = '1.4'
+SCRUB_VERSION = '1.5'
+# The first version whose scrub takes the base image to load again.
+SCRUB_BASE_IMAGE_VERSION = '1.6'
 
 # An attach handle as the conductor stores it; ``attach_info`` may be the
 # JSON text of its column.
@@ -225,17 +230,28 @@ class AgentAPI:
         return kinds[answered].load(answer)
 
     def scrub_attach_handle(self, context, host, driver_name,
-                            attach_handle, method, timeout):
+                            attach_handle, method, timeout, base_image=None):
         """Scrub a released attach handle by ``method`` (the scrub
         method its deployable reported) and verify it (1.5); at most
         ``timeout`` seconds. Answers ``{'method', 'steps', 'seconds'}``;
         a scrub that failed raises ``ScrubFailed`` (409) naming its
-        step."""
+        step.
+
+        ``base_image`` (1.6) is the Glance image id of the card's base
+        image, which an ``fpga-base-image`` scrub loads again; without
+        it that scrub fails at ``reload``. Under a cap below 1.6 a base
+        image raises ``VersionCapped``: an older agent would ignore it.
+        """
+        kwargs = {'driver_name': driver_name,
+                  'attach_handle': ATTACH_HANDLE.dump(attach_handle),
+                  'scrub_method': method}
+        version = SCRUB_VERSION
+        if base_image is not None:
+            version = SCRUB_BASE_IMAGE_VERSION
+            kwargs['base_image'] = BITSTREAM.dump({'image_id': base_image})
         return SCRUB_RESULT.load(self._call(
-            context, host, '1.5', 'scrub_attach_handle', timeout=timeout,
-            driver_name=driver_name,
-            attach_handle=ATTACH_HANDLE.dump(attach_handle),
-            scrub_method=method))
+            context, host, version, 'scrub_attach_handle', timeout=timeout,
+            **kwargs))
 
     def program(self, context, host, driver_name, controlpath_info,
                 bitstream):

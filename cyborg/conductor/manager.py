@@ -509,7 +509,8 @@ class ConductorService(service.Service):
                                          context, self.membership).run)
         # Released attach handles scrubbed before anyone gets them again.
         scrubbing = scrubber.Scrubber(conf, agent, health, sync, conf.host,
-                                      metrics=self.metrics)
+                                      metrics=self.metrics,
+                                      notifier=notifier)
         self.add_periodic('scrub', conf.scrub.interval,
                           _PlacementPass(scrubbing.run_pass, context,
                                          self.membership).run)

@@ -4,7 +4,8 @@ Every ``[scrub] interval`` seconds each conductor looks for dirty
 handles on the hosts it owns (``cyborg.db.api.scrubs.due``): released
 ones, those whose last scrub failed ``[scrub] retry_interval`` ago, and
 those left ``scrubbing`` past their time by a conductor or agent that
-died. For each it wins the compare-and-set to ``scrubbing``, asks the
+died (at once for those it started itself before a restart). For
+each it wins the compare-and-set to ``scrubbing``, asks the
 host's agent to scrub and verify it (``scrub_attach_handle``, bounded by
 the method's ``[scrub] timeouts``), and records the result:
 
@@ -13,7 +14,8 @@ the method's ``[scrub] timeouts``), and records the result:
   is marked unhealthy through the health path (reason ``scrub failed
   at <step>: ...``): quarantined, its whole inventory reserved, a
   ``device.health_change`` notification sent. It stays quarantined until
-  a later scrub of the handle passes.
+  a later scrub of the handle passes. An ``attach_handle.scrub.error``
+  notification names the handle, the step and why.
 
 One handle at a time per conductor: the pass runs on its own thread.
 """
@@ -27,10 +29,14 @@ from cyborg import exception
 from cyborg import service
 from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers import health as device_states
+from cyborg.accelerator.drivers.fpga import scrub as fpga_scrub
 from cyborg.conf import scrub as scrub_conf
 from cyborg.db import models
+from cyborg.db.api import device_config_status as config_status_db
 from cyborg.db.api import device_health as health_db
 from cyborg.db.api import scrubs
+from cyborg.notifications import emit
+from cyborg.notifications import notifier as notifier_module
 
 LOG = logging.getLogger(__name__)
 
@@ -48,18 +54,27 @@ class Scrubber:
     ``DeviceHealth`` (failures go through it), ``sync`` its ``HostSync``.
     """
 
-    def __init__(self, conf, agent, health, sync, owner, metrics=None):
+    def __init__(self, conf, agent, health, sync, owner, metrics=None,
+                 notifier=None):
         self.conf = conf
         self.agent = agent
         self.health = health
         self.sync = sync
         self.owner = owner
         self.metrics = metrics
+        self.notifier = (notifier if notifier is not None
+                         else notifier_module.DISABLED)
+        # Whole seconds, as the database keeps scrub_started_at.
+        self.started = models.utcnow()
 
     def _due_now(self, row, now):
         """A dirty handle is; a scrubbing one once its scrub's time and
-        the grace are up."""
+        the grace are up, or at once if this conductor started it before
+        it restarted: no thread of this process waits for it."""
         if row.state != scrubs.SCRUBBING or row.scrub_started_at is None:
+            return True
+        if (row.scrub_conductor == self.owner
+                and row.scrub_started_at < self.started):
             return True
         age = (now - row.scrub_started_at).total_seconds()
         return age >= (scrub_conf.timeout_of(self.conf, row.method)
@@ -92,15 +107,21 @@ class Scrubber:
         timeout = scrub_conf.timeout_of(self.conf, row.method)
         handle = {'uuid': row.uuid, 'attach_type': row.attach_type,
                   'attach_info': row.attach_info}
+        extra = {}
+        if row.method == fpga_scrub.FPGA_BASE_IMAGE:
+            # The agent keeps no configuration: the image to load again
+            # comes from here (none: the agent fails the scrub, saying so).
+            extra['base_image'] = config_status_db.applied_base_image(
+                context, row.device_id)
         started = time.monotonic()
         step = message = None
         try:
             answer = self.agent.scrub_attach_handle(
                 context, row.hostname, row.driver_name, handle, row.method,
-                timeout)
+                timeout, **extra)
             seconds = float(answer['seconds'])
         except base.ScrubFailed as e:
-            step, message = e.step, e.message
+            step, message = e.step, e.reason
         except messaging.MessagingTimeout:
             step, message = 'timeout', ('no answer from the agent of %s '
                                         'within %d s' % (row.hostname,
@@ -127,6 +148,8 @@ class Scrubber:
             self.sync.sync_host(context, row.hostname)
         else:
             self._quarantine(context, row, step, message)
+            emit.scrub_failed(self.notifier, context, row, step, message,
+                              round(seconds, 3))
         return result
 
     def _quarantine(self, context, row, step, message):
@@ -140,3 +163,4 @@ class Scrubber:
         self.health.record(context, row.hostname, {
             address: (device_states.UNHEALTHY,
                       reason[:health_db.MAX_REASON])})
+

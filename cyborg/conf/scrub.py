@@ -17,6 +17,13 @@ DEFAULT_TIMEOUTS = {
     'flr': 60,
     'mdev-destroy': 30,
     'mig-destroy': 60,
+    # A sanitize is waited for up to 600 s (nvme_scrub.NVME_SETTLE; the
+    # next scrub waits again), after a few reads of at most 70 s each. A
+    # format takes seconds on most drives (nvme-cli allows it 600 s).
+    'nvme-sanitize': 900,
+    # A base image's download and load ([conductor] agent_program_timeout
+    # is 240 s by default), then a discovery and an inventory report.
+    'fpga-base-image': 300,
     'fake': 30,
 }
 # A method not named anywhere.

@@ -33,6 +33,7 @@ CONFIG_POLICY_CREATE = 'device_config_policy.create'
 CONFIG_POLICY_UPDATE = 'device_config_policy.update'
 CONFIG_POLICY_DELETE = 'device_config_policy.delete'
 CONFIG_STATUS_CHANGE = 'device_config_status.change'
+SCRUB_ERROR = 'attach_handle.scrub.error'
 
 # Every event type: its payload kind and priority (the health change's
 # is WARN when the device got worse).
@@ -57,6 +58,7 @@ EVENTS = {
                            notifier_module.INFO),
     CONFIG_STATUS_CHANGE: (payloads.DeviceConfigStatusPayload,
                            notifier_module.INFO),
+    SCRUB_ERROR: (payloads.AttachHandleScrubPayload, notifier_module.ERROR),
 }
 
 HealthChange = collections.namedtuple(
@@ -172,3 +174,12 @@ def config_status_changed(notifier, context, changes):
 @_best_effort
 def _config_status_changed(notifier, context, change):
     _send(notifier, context, CONFIG_STATUS_CHANGE, change)
+
+
+# -- scrubs between tenants ---------------------------------------------
+
+@_best_effort
+def scrub_failed(notifier, context, handle, step, reason, seconds):
+    """The scrub of ``handle`` (``scrubs.Due``) failed at ``step``."""
+    _send(notifier, context, SCRUB_ERROR, handle, result='failed',
+          step=step, reason=reason, seconds=float(seconds))

@@ -33,8 +33,8 @@ SCHEMA_DIALECT = 'https://json-schema.org/draft/2020-12/schema'
 SCHEMA_DIR = pathlib.Path(__file__).parent / 'schemas'
 DEVICE_STATUSES = ('enabled', 'maintaining')
 
-_JSON_TYPES = {str: 'string', int: 'integer', bool: 'boolean',
-               dict: 'object', list: 'array'}
+_JSON_TYPES = {str: 'string', int: 'integer', float: 'number',
+               bool: 'boolean', dict: 'object', list: 'array'}
 
 
 def _field(doc, *, enum=None, uuid=False):
@@ -198,9 +198,38 @@ class DeviceConfigStatusPayload(Payload):
         'as discovered (its policy deleted with restore_on_delete).')
 
 
+@dataclasses.dataclass(frozen=True)
+class AttachHandleScrubPayload(Payload):
+    """The scrub of an attach handle that an instance let go, before
+    another may have it."""
+
+    NAME = 'AttachHandleScrubPayload'
+    VERSION = '1.0'
+
+    uuid: str = _field('The attach handle.', uuid=True)
+    attach_type: str = _field('How instances attach it (PCI, MDEV, MIG, '
+                              '...).')
+    hostname: str = _field('The host it is in.')
+    device_uuid: str = _field('Its device, quarantined when the scrub '
+                              'failed.', uuid=True)
+    driver_name: str = _field('The driver that scrubs it.')
+    method: str = _field('The driver\'s scrub method (flr, mdev-destroy, '
+                         '...).')
+    result: str = _field('passed, or failed: the handle stays dirty and '
+                         'is scrubbed again later.',
+                         enum=('passed', 'failed'))
+    step: str | None = _field('The step that failed (reset, destroy, '
+                              'verify, timeout, ...); null when it '
+                              'passed.')
+    reason: str | None = _field('Why it failed, as a sentence; null when '
+                                'it passed.')
+    seconds: float = _field('How long the scrub took, or how long the '
+                            'conductor waited for it.')
+
+
 KINDS = (AcceleratorRequestPayload, AcceleratorRequestErrorPayload,
          DevicePayload, DeviceHealthChangePayload, DeviceConfigPolicyPayload,
-         DeviceConfigStatusPayload)
+         DeviceConfigStatusPayload, AttachHandleScrubPayload)
 
 
 # -- schemas -------------------------------------------------------------

@@ -25,6 +25,13 @@ anything:
   no bind owns, on such a GPU alone. NVML
   lets uid 0 manage MIG instances: the daemon's uid, with no further
   capability.
+- ``nvme.identify_controller`` / ``nvme.sanitize_log`` /
+  ``nvme.start_sanitize`` / ``nvme.format_namespace``: read what an NVMe
+  controller of the Inspur driver can erase, start a sanitize, read its
+  log, format a namespace, with nvme-cli in fixed argument shapes, on a
+  controller found from its PCI address and bound to ``nvme``; an erase
+  that would reach another tenant's VF or a namespace the host uses is
+  refused.
 
 Nothing else of the agent needs privileges: discovery and health read
 world-readable sysfs files and NVML, bitstreams are downloaded into the
@@ -50,6 +57,8 @@ back every capability of the bounding set, so the vendor tool runs under
 privileges: CAP_DAC_READ_SEARCH to read that bitstream, CAP_SYS_ADMIN
 because the vendors' libraries read the card's whole PCI configuration
 space, of which the kernel shows only the first 64 bytes without it.
+nvme-cli runs the same way with CAP_SYS_ADMIN alone, which NVMe admin
+commands need.
 """
 
 from oslo_privsep import capabilities

@@ -121,6 +121,18 @@ def resolve(root, path, what):
     return real
 
 
+def pci_function(root, address, what):
+    """The real sysfs directory of the PCI function ``address`` (checked
+    already) under ``root``: it must be that function's own, not a link
+    to another."""
+    device = resolve(
+        root, os.path.join(root, 'sys/bus/pci/devices', address), what)
+    if os.path.basename(device) != address:
+        raise InvalidArgument('%s: %s is not the function %s'
+                              % (what, device, address))
+    return device
+
+
 def control_file(directory, name, what):
     """``directory/name`` if it is a regular file, not a link."""
     path = os.path.join(directory, name)

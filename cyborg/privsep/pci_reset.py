@@ -24,11 +24,7 @@ def reset_function(pci_address):
     checks.pci_address(pci_address)
     root = checks.sysfs_root()
     what = 'reset of %s' % pci_address
-    device = checks.resolve(
-        root, os.path.join(root, 'sys/bus/pci/devices', pci_address), what)
-    if os.path.basename(device) != pci_address:
-        raise checks.InvalidArgument('%s: %s is not the function %s'
-                                     % (what, device, pci_address))
+    device = checks.pci_function(root, pci_address, what)
     driver = os.path.join(device, 'driver')
     bound = (os.path.basename(os.path.realpath(driver))
              if os.path.lexists(driver) else None)

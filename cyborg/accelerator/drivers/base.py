@@ -87,6 +87,7 @@ class ScrubFailed(DriverError):
         if message is None:  # rebuilt from its text: 'step: message'
             step, _, message = step.partition(': ')
         self.step = step
+        self.reason = message  # without the step, which ``step`` names
         super().__init__('%s: %s' % (step, message))
 
 

@@ -18,7 +18,11 @@ restarts forgets what was programmed, as a card that is power-cycled does.
 Observed, it is always healthy and reports no usage: there is nothing to
 read. It holds no tenant data, so it is not scrubbed, unless tests say
 otherwise with ``[fake_driver] scrub`` (passing, failing or hanging
-scrubs, each ``scrub_seconds`` long).
+scrubs, each ``scrub_seconds`` long; a passing one with every Nth failing
+or hanging, ``scrub_fail_every`` / ``scrub_hang_every``). Tests that play
+tenants give it ``memory_dir``: a file per handle that the tenant writes
+and the scrub empties, so the next tenant can see whether anything was
+left.
 """
 
 import dataclasses
@@ -71,6 +75,7 @@ class FakeDriver(base.AcceleratorDriver):
         self._lock = threading.Lock()
         self._function = None  # function id loaded by program()
         self._hung = threading.Event()  # a 'hang' scrub waits on it
+        self._scrubs = 0  # scrubs asked of this driver
 
     @property
     def program_seconds(self):
@@ -128,18 +133,51 @@ class FakeDriver(base.AcceleratorDriver):
     def scrub_method(self, deployable):
         return None if self._scrub()[0] == 'none' else SCRUB_METHOD
 
+    def memory_of(self, handle):
+        """The file that stands for ``handle``'s memory (``[fake_driver]
+        memory_dir``), or None."""
+        directory = self.conf.fake_driver.memory_dir if self.conf else None
+        if not directory:
+            return None
+        address = inventory.PCIAddress(**handle.attach_info)
+        return os.path.join(directory, str(address))
+
+    def _fault(self):
+        """'fail', 'hang' or None for this scrub, by its number."""
+        options = self.conf.fake_driver
+        with self._lock:
+            self._scrubs += 1
+            number = self._scrubs
+        if options.scrub_fail_every and (
+                number % options.scrub_fail_every == 0):
+            return 'fail'
+        if options.scrub_hang_every and (
+                number % options.scrub_hang_every == 0):
+            return 'hang'
+        return None
+
     def scrub_attach_handle(self, device, handle, uuid, method):
         behaviour, seconds = self._scrub()
         if method != SCRUB_METHOD or behaviour == 'none':
             raise base.OperationNotSupported(
                 'The fake FPGA scrubs by %s only, when [fake_driver] scrub '
                 'says so' % SCRUB_METHOD)
+        fault = self._fault() if behaviour == 'pass' else behaviour
         if behaviour == 'hang':
             self._hung.wait()  # until ``end_hung_scrubs``
+        elif fault == 'hang':
+            self._hung.wait(self.conf.fake_driver.scrub_hang_seconds)
+        memory = self.memory_of(handle)
+        if memory is not None and fault != 'fail':
+            with open(memory, 'w'):
+                pass  # emptied
         time.sleep(seconds)
-        if behaviour == 'fail':
+        left = (os.path.getsize(memory)
+                if memory is not None and os.path.exists(memory) else 0)
+        if fault == 'fail' or left:
             raise base.ScrubFailed('verify', 'handle %s still holds data '
-                                   'of its last tenant' % uuid)
+                                   'of its last tenant (%d bytes)'
+                                   % (uuid, left))
         return ['clear', 'verify']
 
     def end_hung_scrubs(self):

@@ -32,6 +32,7 @@ import sqlalchemy as sa
 
 from cyborg.db import models
 from cyborg.db.api import host_sync_states
+from cyborg.device_config import kinds
 from cyborg.device_config import selection
 from cyborg.device_config import status as config_status
 from cyborg.objects import inventory
@@ -528,3 +529,15 @@ def state_of_deployable(connection, deployable_id):
         sa.select(status.c.state)
         .join(_deployables, _deployables.c.device_id == status.c.device_id)
         .where(_deployables.c.id == deployable_id)).scalar_one_or_none()
+
+
+def applied_base_image(context, device_id):
+    """The Glance image id of the FPGA base image that the device's
+    configuration applied, or None."""
+    stmt = (sa.select(status.c.applied_settings).select_from(status)
+            .join(_policies, _policies.c.id == status.c.policy_id)
+            .where(status.c.device_id == device_id,
+                   _policies.c.kind == kinds.FPGA_BASE_IMAGE))
+    with context.db.read_connection(context) as connection:
+        applied = connection.execute(stmt).scalar_one_or_none()
+    return (applied or {}).get('bitstream_uuid')

@@ -112,6 +112,7 @@ class Due:
     attach_type: str
     attach_info: dict
     scrub_started_at: object
+    scrub_conductor: str | None
     method: str
     driver_name: str
     hostname: str
@@ -135,7 +136,8 @@ def due(context, retry_after, now=None):
         .limit(1).scalar_subquery())
     stmt = (sa.select(Handle.id, Handle.uuid, Handle.state,
                       Handle.attach_type, Handle.attach_info,
-                      Handle.scrub_started_at, method.label('method'),
+                      Handle.scrub_started_at, Handle.scrub_conductor,
+                      method.label('method'),
                       Deployable.driver_name, Device.hostname, Device.id,
                       Device.uuid, cpid_info.label('cpid_info'))
             .select_from(Handle)

@@ -27,6 +27,7 @@ from cyborg.db.api import device_health
 from cyborg.db.api import scrubs
 from cyborg.metrics import conductor as conductor_metrics
 from tests import arq_stack
+from tests import notification_sink
 from tests.arq_stack import ARQS
 from tests.functional.conductor.conftest import HOST
 from tests.placement_service import allocate
@@ -60,13 +61,26 @@ def scrubbing_stack(conf, db, client, behaviour='pass'):
                 metrics = conductor_metrics.ConductorMetrics()
                 scrubber = scrubber_module.Scrubber(
                     conf, agent_api, health, sync, 'conductor-1',
-                    metrics=metrics)
+                    metrics=metrics, notifier=RecordingNotifier())
                 yield (arq_stack.webtest_app(conf, db, transport), scrubber,
                        driver, sync)
         finally:
             driver.end_hung_scrubs()
             server.stop()
             server.wait()
+
+
+class RecordingNotifier:
+    """The notifications a Scrubber sends, as (event type, payload as
+    sent, priority)."""
+
+    enabled = True
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, context, event_type, payload, priority):
+        self.sent.append((event_type, payload.to_primitive(), priority))
 
 
 def _rp(db):
@@ -174,6 +188,16 @@ def test_a_scrub_that_fails_quarantines_the_device_with_its_step(
                 handle.last_scrub_step) == (scrubs.DIRTY, scrubs.FAILED,
                                             'verify')
         assert 'still holds data' in handle.last_scrub_message
+        # Announced: the handle, the step and why.
+        [(event_type, payload, priority)] = scrubber.notifier.sent
+        notification_sink.check_payload(payload)
+        data = payload['cyborg_object.data']
+        assert (event_type, priority) == ('attach_handle.scrub.error',
+                                          'ERROR')
+        assert (data['uuid'], data['hostname'], data['method'],
+                data['result'], data['step'], data['reason']) == (
+            handle_uuid, HOST, fake.SCRUB_METHOD, 'failed', 'verify',
+            handle.last_scrub_message)
         with db.engine.connect() as connection:
             device = connection.execute(sa.select(
                 models.Device.__table__)).one()

@@ -25,6 +25,7 @@ from cyborg import context as cyborg_context
 from cyborg import states
 from cyborg.accelerator.drivers import health
 from cyborg.db.api import device_config_status
+from cyborg.db.api import scrubs
 from cyborg.device_config import status as config_status
 from cyborg.notifications import emit
 from cyborg.notifications import notifier
@@ -34,6 +35,7 @@ from tests import notification_sink
 REPO = pathlib.Path(__file__).resolve().parents[3]
 ARQ_UUID = '6e3b0d8c-2f4a-4c1e-9b7d-5a6f8e9d0c1b'
 DEVICE_UUID = '0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0'
+HANDLE_UUID = '7c1d2e3f-4a5b-4c6d-8e9f-0a1b2c3d4e5f'
 POLICY_UUID = '7c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f'
 
 
@@ -140,8 +142,16 @@ def test_every_payload_built_is_valid_by_its_schema(sending):
         (old, new) for old, new in itertools.pairwise(config_status.STATES)]
     emit.config_status_changed(notifier_, context, [
         config_change(old, new) for old, new in transitions])
+    emit.scrub_failed(notifier_, context, scrubs.Due(
+        id=9, uuid=HANDLE_UUID, state=scrubs.SCRUBBING, attach_type='PCI',
+        attach_info={'domain': '0000', 'bus': '3b', 'device': '00',
+                     'function': '0'},
+        scrub_started_at=None, scrub_conductor='ctl-1', method='flr',
+        driver_name='nvidia_gpu_driver', hostname='compute-1', device_id=3,
+        device_uuid=DEVICE_UUID, cpid_info='{}'), 'verify',
+        '0000:3b:00.0 did not come back on the PCI bus after its reset', 2)
     count = (len(states.STATES) * 2 * 6 + 2 + len(changes) + 3
-             + len(transitions))
+             + len(transitions) + 1)
 
     messages = sink.wait_for(count)
 

@@ -23,6 +23,10 @@ Programming loads a green bitstream (GBS) into the card's port with OPAE's
 not know the option). ``fpgaconf`` checks that the bitstream was built for
 the card's region; the function it loads shows as the port's AFU id at the
 next discovery. See ``fpga/tool.py`` for how it runs as root.
+
+A card of one handle is scrubbed between tenants by ``fpga-base-image``
+(``fpga/scrub.py``): its base image loaded again and its function
+checked. The agent runs it: the load takes the agent's programming path.
 """
 
 import logging
@@ -30,6 +34,7 @@ import logging
 from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers import pci
 from cyborg.accelerator.drivers import traits
+from cyborg.accelerator.drivers.fpga import scrub
 from cyborg.accelerator.drivers.fpga import tool
 from cyborg.objects import inventory
 
@@ -104,6 +109,9 @@ class IntelFPGADriver(base.AcceleratorDriver):
                 % address)
         tool.run(fpgaconf_command(address, bitstream), 'Intel FPGA %s'
                  % address, timeout=self.tool_timeout)
+
+    def scrub_method(self, deployable):
+        return scrub.scrub_method(deployable)
 
 
 def fpgaconf_command(address, bitstream):

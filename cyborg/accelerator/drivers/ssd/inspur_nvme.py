@@ -6,9 +6,18 @@ VM would be a disaster, so other makes are left to pci_driver's explicit
 list. One deployable ``ssd_<address>``, resource class ``CUSTOM_SSD``;
 attach handles are the VFs of an SR-IOV controller, else the controller.
 Traits ``CUSTOM_SSD_INSPUR`` and ``CUSTOM_SSD_PRODUCT_ID_<id>``.
+
+Every handle is scrubbed between tenants by ``nvme-sanitize``
+(``cyborg.accelerator.drivers.nvme_scrub``): the whole controller by the
+strongest sanitize or format it offers, a VF by a format of its own
+namespaces. Both need the function bound to the host's ``nvme`` driver
+when the scrub runs (libvirt gives a managed device back to it): one still
+bound to ``vfio-pci`` fails its scrub, and stays dirty and quarantined,
+rather than reach the next tenant unerased.
 """
 
 from cyborg.accelerator.drivers import base
+from cyborg.accelerator.drivers import nvme_scrub
 from cyborg.accelerator.drivers import pci
 from cyborg.accelerator.drivers import traits
 from cyborg.objects import inventory
@@ -43,3 +52,22 @@ class InspurNVMeSSDDriver(base.AcceleratorDriver):
                 attach_handles=handles)
             devices.append(base.pci_device('SSD', controller, [deployable]))
         return devices
+
+    # The method stays the same whatever the function is bound to now: a
+    # managed device moves between nvme and vfio-pci with its VM.
+    def scrub_method(self, deployable):
+        kinds = {h.attach_type for h in deployable.attach_handles}
+        return nvme_scrub.NVME_SANITIZE if kinds == {'PCI'} else None
+
+    def scrub_attach_handle(self, device, handle, uuid, method):
+        if (method == nvme_scrub.NVME_SANITIZE
+                and handle.attach_type == 'PCI'):
+            info = handle.attach_info
+            address = inventory.PCIAddress(info['domain'], info['bus'],
+                                           info['device'], info['function'])
+            function = self.pci.function(address)
+            if function is None:
+                raise base.ScrubFailed('identify', '%s is no longer on the '
+                                                   'PCI bus' % address)
+            return nvme_scrub.scrub(address, whole=not function.is_vf)
+        return super().scrub_attach_handle(device, handle, uuid, method)

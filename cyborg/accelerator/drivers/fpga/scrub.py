@@ -1,0 +1,125 @@
+"""Scrubbing an FPGA between tenants: its base image loaded again.
+
+What a tenant leaves on an FPGA is the logic it had loaded. The
+``fpga-base-image`` scrub of a released handle:
+
+- ``reload``: the card's base image (the Glance image that its
+  ``fpga_base_image`` device configuration applied) is loaded again,
+  even where the agent believes the card holds it: the tenant had the
+  card meanwhile. The conductor names the image, as it keeps the
+  device's configuration; the agent downloads it, its hashes checked,
+  and has the driver's vendor tool load it, as when the configuration
+  was applied. A card with no base image applied fails here: there is
+  nothing known to be clean to put back.
+- ``verify``: discovered again, the card still offers the handle and
+  reports the base image's function (its ``function_uuid``). An image
+  that names no function cannot be checked, and fails.
+
+The card's on-board memory (DDR) is not cleared. OPAE documents no
+command that clears it: its tools reach card memory only through test
+AFUs loaded in place of the base image (``fpgabist``'s DMA AFU,
+``mem_tg``). XRT documents ``xbutil mem --write`` in its legacy command
+set only, at addresses of the memory banks of the xclbin loaded. Data a
+tenant's logic left in card memory stays until other logic overwrites
+it.
+
+A card whose region holds several handles is not scrubbed this way:
+loading it again would take the function from under the tenants of the
+others.
+"""
+
+import uuid
+
+from cyborg import exception
+from cyborg.accelerator.drivers import base
+from cyborg.objects import inventory
+
+FPGA_BASE_IMAGE = 'fpga-base-image'
+RELOAD = 'reload'
+VERIFY = 'verify'
+
+
+def scrub_method(deployable):
+    """FPGA_BASE_IMAGE for a deployable of one PCI attach handle (the
+    card, or its one port), else None."""
+    handles = deployable.attach_handles
+    if len(handles) == 1 and handles[0].attach_type == 'PCI':
+        return FPGA_BASE_IMAGE
+    return None
+
+
+def no_base_image(driver_name, address):
+    """Why a card without a base image cannot be scrubbed, and what the
+    operator may do."""
+    return ('FPGA %s has no base image to load again: configure one for '
+            'it (a device configuration policy of kind fpga_base_image), '
+            'or stop scrubbing the devices of %s ([scrub] '
+            'disabled_drivers)' % (address, driver_name))
+
+
+def scrub(driver, device, handle, image_id, load):
+    """The FPGA_BASE_IMAGE scrub of ``handle`` of ``device``: the steps
+    done. ``image_id`` is the card's base image (None: none applied);
+    ``load(image_id)`` programs it, whatever the card is believed to
+    hold, and answers its Glance properties. Raises ``ScrubFailed``
+    naming the step that failed."""
+    address = _address(device.controlpath_info)
+    if not image_id:
+        raise base.ScrubFailed(RELOAD, no_base_image(driver.name, address))
+    try:
+        properties = load(image_id)
+    except base.ScrubFailed:
+        raise
+    except exception.CyborgError as e:
+        raise base.ScrubFailed(RELOAD, e.message) from e
+    verify(driver, device, handle, image_id,
+           (properties or {}).get('function_uuid'))
+    return [RELOAD, VERIFY]
+
+
+def verify(driver, device, handle, image_id, function_uuid):
+    """Raise ``ScrubFailed`` at VERIFY unless ``driver`` discovers the
+    card of ``device`` again with ``handle`` and running
+    ``function_uuid``, the function of base image ``image_id``."""
+    address = _address(device.controlpath_info)
+    wanted = _uuid_hex(function_uuid)
+    if not wanted:
+        raise base.ScrubFailed(
+            VERIFY, 'base image %s names no function_uuid: what FPGA %s '
+                    'runs after the load cannot be checked'
+                    % (image_id, address))
+    deployables = [deployable for found in driver.discover()
+                   if found.controlpath_info == device.controlpath_info
+                   for deployable in found.deployables]
+    if not any(h.attach_type == handle.attach_type
+               and h.attach_info == handle.attach_info
+               for deployable in deployables
+               for h in deployable.attach_handles):
+        raise base.ScrubFailed(
+            VERIFY, 'FPGA %s no longer offers %s once its base image was '
+                    'loaded' % (address, _address(handle.attach_info)))
+    reported = sorted({_uuid_hex(f) for deployable in deployables
+                       for f in str((deployable.attributes or {}).get(
+                           'function_uuid') or '').split(',') if f})
+    if wanted not in reported:
+        raise base.ScrubFailed(
+            VERIFY, 'FPGA %s reports function %s once base image %s was '
+                    'loaded, not the image\'s function %s'
+                    % (address, ', '.join(reported) or 'none', image_id,
+                       wanted))
+
+
+def _address(info):
+    try:
+        return str(inventory.PCIAddress(info['domain'], info['bus'],
+                                        info['device'], info['function']))
+    except (KeyError, TypeError):
+        return repr(info)
+
+
+def _uuid_hex(value):
+    text = str(value or '').strip().lower()
+    try:
+        return uuid.UUID(text).hex
+    except ValueError:
+        return text
