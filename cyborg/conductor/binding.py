@@ -307,7 +307,7 @@ class Binder:
             # undo what was done on the host.
             LOG.info('ARQ %s left BindStarted while being bound; releasing '
                      'its device', item['uuid'])
-            self._release_quietly(context, item['hostname'],
+            self._release_quietly(context, deployable['hostname'],
                                   deployable['driver_name'], handle,
                                   item['uuid'])
         elif won:
@@ -797,12 +797,14 @@ class Binder:
                       'attach_type': row['attach_type'],
                       'attach_info': row['attach_info']}
             try:
-                self._release(context, row['hostname'], row['driver_name'],
-                              handle, row['uuid'], row['attach_details'])
+                self._release(context, row['device_hostname'],
+                              row['driver_name'], handle, row['uuid'],
+                              row['attach_details'])
             except Exception as exc:
                 LOG.warning('Could not release handle %s of ARQ %s on %s: '
                             '%s', handle['uuid'], row['uuid'],
-                            row['hostname'], service.describe_error(exc))
+                            row['device_hostname'],
+                            service.describe_error(exc))
                 failed.add(row['uuid'])
         return failed
 

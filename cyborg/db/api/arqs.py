@@ -1153,10 +1153,14 @@ def handles_of(context, uuids=None, instance_uuid=None, project_id=None):
             sa.select(ARQ.uuid, ARQ.state, ARQ.hostname, ARQ.instance_uuid,
                       ARQ.attach_details, Handle.uuid.label('handle_uuid'),
                       Handle.attach_type, Handle.attach_info,
-                      Deployable.driver_name)
+                      Deployable.driver_name,
+                      # The agent's own name for the host: Nova may have
+                      # bound with another (its FQDN).
+                      Device.hostname.label('device_hostname'))
             .select_from(ARQ)
             .outerjoin(Handle, Handle.id == ARQ.attach_handle_id)
-            .outerjoin(Deployable, Deployable.id == Handle.deployable_id),
+            .outerjoin(Deployable, Deployable.id == Handle.deployable_id)
+            .outerjoin(Device, Device.id == Deployable.device_id),
             project_id)
         if uuids is not None:
             stmt = stmt.where(ARQ.uuid.in_(list(uuids)))

@@ -16,6 +16,7 @@ resolved ARQs, and at last the instance's deletion.
 """
 
 import collections
+import contextlib
 import dataclasses
 import json
 import pathlib
@@ -29,19 +30,31 @@ import pytest
 import sqlalchemy as sa
 
 from cyborg import context as cyborg_context
+from cyborg import rpc
 from cyborg.accelerator.drivers import fake
+from cyborg.accelerator.drivers import pci
+from cyborg.accelerator.drivers.gpu import nvidia
+from cyborg.agent import manager as agent_manager
+from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.clients import nova as nova_client
 from cyborg.clients import placement as placement_client
+from cyborg.conductor import host_sync
+from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import placement_sync
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db import models
 from cyborg.objects import inventory as inventory_objects
+from cyborg.privsep import checks
 from tests import arq_stack
+from tests import conductor_rpc
 from tests.functional.clients.conftest import Recorder
 from tests.nova_events import nova_events  # noqa: F401
 from tests.placement_service import create_compute_node
 from tests.placement_service import placement  # noqa: F401
 from tests.placement_service import placement_schema_template  # noqa: F401
+from tests.unit.drivers import conftest as drivers_conftest
+from tests.unit.drivers.conftest import mig_nvml  # noqa: F401
+from tests.unit.drivers.trees import hosts
 
 PROBE = pathlib.Path(__file__).with_name('nova_arq_probe.py')
 # The agent's host name; Nova named the compute node by its FQDN.
@@ -474,3 +487,201 @@ def test_nova_binds_an_instance_to_four_pooled_gpus(
 
     assert_deleted_by_nova(probe, db, instance)
     assert handles_in_use(db) == []
+
+
+H100 = hosts.H100.bdf
+MIG_PROFILE = 'mig-2g.20gb'
+MIG_SLICES = ('CUSTOM_MIG_COMPUTE_SLICE', 'CUSTOM_MIG_MEMORY_SLICE')
+EMPTY_CARD = ['CUSTOM_MIG_PROFILE_' + p for p in (
+    '1G_10GB', '1G_10GB_ME', '1G_20GB', '2G_20GB', '3G_40GB', '4G_40GB',
+    '7G_80GB')]
+
+
+@contextlib.contextmanager
+def serving_agent(conf, transport, host, drivers):
+    """The agent's RPC endpoint of ``host`` on the file's transport."""
+    agent = agent_manager.AgentManager(
+        conf, drivers, conductor=None,
+        candidates=[(host, 'the configured host')], glance=None)
+    server = rpc.get_server(transport, rpc.AGENT_TOPIC, host, [agent])
+    server.start()
+    try:
+        yield agent
+    finally:
+        server.stop()
+        server.wait()
+
+
+@dataclasses.dataclass
+class MIGCompute:
+    node_rp: str
+    rp: str  # the GPU's provider of slices
+    library: object  # the NVML stand-in
+
+
+@pytest.fixture
+def mig_compute(conf, db, tmp_path, monkeypatch, admin_context,
+                privileged_on, mig_nvml, placement, transport,  # noqa: F811
+                nova_events):  # noqa: F811
+    """compute1 with the recorded H100 host's GPU, its MIG instances made
+    on demand through the agent's privileged helper and the NVML
+    stand-in; the conductor stored compute1's report and synced it to
+    Placement, and binds through compute1's agent.
+
+    Not tests.functional.conductor.mig_host: that one writes the rows
+    itself, as operator attributes, so Placement never gets the memory
+    slices and media engine that Nova's request needs.
+    """
+    nova_events.configure(conf)
+    root = tmp_path / 'host'
+    library = drivers_conftest.h100_on_demand_host(root, monkeypatch,
+                                                   privileged_on, mig_nvml)
+    # The privileged helper checks its own copy of the configuration.
+    daemon = checks.daemon_conf()
+    daemon.set_override('mig_on_demand_addresses', [H100],
+                        group='gpu_devices')
+    conf.set_override('mig_on_demand_addresses', [H100],
+                      group='gpu_devices')
+    driver = nvidia.NvidiaGPUDriver(conf, pci.PCIReader(str(root)))
+    # One HostSync for reports and binds, as the conductor service has.
+    sync = host_sync.HostSync(placement.client())
+    binder = arq_stack.binder(
+        conf, agent_rpcapi.AgentAPI(transport, timeout=10),
+        nova=nova_client.NovaClient.from_conf(conf), sync=sync)
+    node = create_compute_node(placement.adapter(), NODENAME)
+    try:
+        with serving_agent(conf, transport, AGENT_HOST, [driver]), \
+                conductor_rpc.serving(transport, db, [
+                    conductor_manager.ConductorManager(sync, binder)]):
+            summary = conductor_rpcapi.ConductorAPI(
+                transport).report_host_inventory(
+                cyborg_context.admin_context(db),
+                inventory_objects.HostInventory(
+                    AGENT_HOST, driver.discover()).to_dict(),
+                [AGENT_HOST, NODENAME])
+            assert summary['placement']['status'] == 'synced', summary
+            rp, = [placement_sync.provider_uuid(name)
+                   for name in summary['placement']['created']]
+            arq_stack.make_profile(admin_context, MIG_PROFILE, [{
+                'resources:CUSTOM_MIG_COMPUTE_SLICE': '2',
+                'resources:CUSTOM_MIG_MEMORY_SLICE': '2',
+                'trait:CUSTOM_MIG_PROFILE_2G_20GB': 'required'}])
+            yield MIGCompute(node['uuid'], rp, library)
+    finally:
+        daemon.clear_override('mig_on_demand_addresses',
+                              group='gpu_devices')
+
+
+def mig_traits(adapter, rp):
+    """The MIG profile traits Placement holds for ``rp``."""
+    return sorted(t for t in placement_get(
+        adapter, '/resource_providers/%s/traits' % rp)['traits']
+        if t.startswith('CUSTOM_MIG_PROFILE_'))
+
+
+def slices_used(adapter, rp):
+    usages = placement_get(adapter,
+                           '/resource_providers/%s/usages' % rp)['usages']
+    return {c: usages[c] for c in MIG_SLICES}
+
+
+def whole_card_candidates(adapter):
+    """Allocation candidates for a 7g.80gb: only an empty card has one."""
+    return placement_get(adapter, '/allocation_candidates', params=[
+        ('resources', 'CUSTOM_MIG_COMPUTE_SLICE:7,CUSTOM_MIG_MEMORY_SLICE:8'),
+        ('required', 'CUSTOM_MIG_PROFILE_7G_80GB')])['allocation_requests']
+
+
+def held(library):
+    """{MIG UUID: (profile, start)} on the card."""
+    return {u: (i.profile, i.start)
+            for i in library.instances(H100) for u in i.uuids}
+
+
+# Nova binds with its compute service's host name: the agent's own, or
+# the FQDN (as the other tests here). A release must reach the agent
+# either way.
+@pytest.mark.parametrize('nova_host', [AGENT_HOST, NODENAME],
+                         ids=['agent_name', 'fqdn'])
+def test_nova_binds_an_instance_to_a_2g_20gb_profile(
+        nova_process, db, cyborg_api, mig_compute, probe,
+        placement, nova_events, nova_host):  # noqa: F811
+    adapter = placement.adapter()
+    rp = mig_compute.rp
+    inventories = placement_get(
+        adapter, '/resource_providers/%s/inventories' % rp)['inventories']
+    assert {c: i['total'] for c, i in inventories.items()} == {
+        'CUSTOM_MIG_COMPUTE_SLICE': 7, 'CUSTOM_MIG_MEMORY_SLICE': 8,
+        'CUSTOM_MIG_MEDIA_ENGINE': 1}
+    assert mig_traits(adapter, rp) == EMPTY_CARD
+    assert held(mig_compute.library) == {}
+    instance = str(uuid.uuid4())
+
+    groups, allocations, rg_rp_map = schedule(placement, probe, instance,
+                                              dp_name=MIG_PROFILE)
+
+    assert [(g['resources'], g['required_traits']) for g in groups] == [
+        ({'CUSTOM_MIG_COMPUTE_SLICE': 2, 'CUSTOM_MIG_MEMORY_SLICE': 2},
+         ['CUSTOM_MIG_PROFILE_2G_20GB'])]
+    assert {p: a['resources'] for p, a in allocations.items()} == {
+        mig_compute.node_rp: {'VCPU': 1, 'MEMORY_MB': 512},
+        rp: {'CUSTOM_MIG_COMPUTE_SLICE': 2, 'CUSTOM_MIG_MEMORY_SLICE': 2}}
+    assert rg_rp_map == {'device_profile_0': [rp]}
+
+    arq, = create_and_bind(probe, rg_rp_map, instance, nova_host,
+                           dp_name=MIG_PROFILE)
+
+    assert (arq['state'], arq['device_rp_uuid']) == ('Initial', rp)
+    event, = nova_events.wait_for_events(1, timeout=30)
+    assert (event.server_uuid, event.name, event.tag, event.status,
+            event.code) == (instance, EVENT, arq['uuid'], 'completed', 200)
+    assert nova_events.invalid == []
+
+    resolved, = probe.ok('arqs', instance_uuid=instance,
+                         only_resolved=True)['arqs']
+
+    assert (resolved['uuid'], resolved['state'], resolved['instance_uuid'],
+            resolved['device_rp_uuid']) == (arq['uuid'], 'Bound', instance,
+                                            rp)
+    assert resolved['attach_handle_type'] == 'MIG'
+    info = resolved['attach_handle_info']
+    # The parent GPU's PCI address: the function libvirt passes through.
+    assert {k: info[k] for k in PCI_FIELDS} == (
+        inventory_objects.PCIAddress.parse(H100).as_info())
+    assert info['mig_profile'] == '2g.20gb'
+    assert held(mig_compute.library) == {
+        info['mig_uuid']: ('2g.20gb', int(info['start']))}
+    assert handles_in_use(db) == [resolved['attach_handle_uuid']]
+    # Placement follows the card. Best fit put the instance at start 0,
+    # where it takes the 4g.40gb's slots as well as the whole card's.
+    assert info['start'] == '0'
+    assert mig_traits(adapter, rp) == [
+        t for t in EMPTY_CARD if not t.endswith(('4G_40GB', '7G_80GB'))]
+    assert whole_card_candidates(adapter) == []
+
+    probe.ok('delete', instance_uuid=instance)
+
+    # Checked first: a release that went astray leaves the instance here.
+    assert held(mig_compute.library) == {}
+    left = probe('arqs', instance_uuid=instance, only_resolved=False)
+    assert left.get('error') == 'AcceleratorRequestOpFailed', left
+    assert stored_arqs(db) == 0
+    assert handles_in_use(db) == []
+    assert mig_traits(adapter, rp) == EMPTY_CARD
+    # Nova's claim still holds the slices, until Nova removes it.
+    assert slices_used(adapter, rp) == dict.fromkeys(MIG_SLICES, 2)
+    assert whole_card_candidates(adapter) == []
+    removed = adapter.delete('/allocations/' + instance,
+                             microversion=placement_client.MICROVERSION,
+                             raise_exc=False)
+    assert removed.status_code == 204, removed.text
+    assert slices_used(adapter, rp) == dict.fromkeys(MIG_SLICES, 0)
+    assert len(whole_card_candidates(adapter)) == 1
+    assert wire(cyborg_api) == [
+        ('GET', '/v2/device_profiles', 'name=' + MIG_PROFILE, 200),
+        ('POST', ARQS, '', 201),
+        ('PATCH', ARQS, '', 202),
+        ('GET', ARQS, 'instance=' + instance, 200),
+        ('DELETE', ARQS, 'instance=' + instance, 204),
+        ('GET', ARQS, 'instance=' + instance, 200),
+    ]
