@@ -5,7 +5,10 @@ The values come from the NVML usage of an observation
 (``cyborg.accelerator.drivers.gpu.nvml``), in dcgm-exporter's units:
 percent, MiB, °C, W. The labels are dcgm-exporter's: ``gpu`` (NVML's
 index), ``UUID``, ``pci_bus_id`` (NVML's form, ``00000000:3B:00.0``),
-``device`` (``nvidia<index>``), ``modelName`` and ``Hostname``.
+``device`` (``nvidia<index>``), ``modelName`` and ``Hostname``. A GPU in
+MIG mode has, for the frame-buffer fields, one sample more per MIG
+instance, with ``GPU_I_ID`` and ``GPU_I_PROFILE`` as dcgm-exporter
+labels them.
 
 dcgm-exporter types ``DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS`` a counter
 but names it without ``_total``; prometheus_client would add the suffix
@@ -63,6 +66,9 @@ FIELDS = (
      ('row_remap_failure',), _plain('row_remap_failure')),
 )
 NAMES = tuple(name for name, _, _, _ in FIELDS)
+# The fields NVML gives for each MIG instance too: dcgm-exporter adds a
+# sample per instance, labelled GPU_I_ID and GPU_I_PROFILE.
+MIG_FIELDS = frozenset({'DCGM_FI_DEV_FB_FREE', 'DCGM_FI_DEV_FB_USED'})
 IDENTITY = ('gpu_index', 'gpu_uuid', 'gpu_name')
 
 
@@ -96,5 +102,14 @@ def families(gpus):
         for gpu_labels, usage in gpus:
             if all(key in usage for key in keys):
                 family.add_sample(name, gpu_labels, value(usage))
+            if name not in MIG_FIELDS:
+                continue
+            for instance in usage.get('mig_instances') or ():
+                if all(key in instance for key in keys):
+                    family.add_sample(name, {
+                        **gpu_labels,
+                        'GPU_I_ID': str(instance.get('gi_id', '')),
+                        'GPU_I_PROFILE': str(instance.get('profile', ''))},
+                        value(instance))
         found.append(family)
     return found

@@ -31,6 +31,7 @@ from tests.metrics_scrape import scrape
 from tests.unit.agent.conftest import HOST
 from tests.unit.agent.conftest import agent_conf
 from tests.unit.drivers.conftest import h100_tree  # noqa: F401
+from tests.unit.drivers.conftest import mig_nvml  # noqa: F401
 from tests.unit.drivers.conftest import recorded_nvml  # noqa: F401
 
 H100 = '0000:00:06.0'
@@ -297,3 +298,33 @@ def test_stopping_the_agent_closes_its_endpoint(serve):
     agent.stop()
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(url, timeout=5)
+
+
+def test_each_mig_instance_has_its_frame_buffer_series(
+        endpoint, mig_nvml):  # noqa: F811
+    """A GPU in MIG mode: the GPU's frame-buffer samples and one more per
+    MIG instance, labelled as dcgm-exporter labels them."""
+    import pynvml
+
+    from tests.unit.drivers import test_nvml_mig_standin as mig
+
+    mig_nvml()
+    agent = endpoint()
+    gpu_handle = pynvml.nvmlDeviceGetHandleByPciBusId(H100)
+    for name, start in (('3g.40gb', 0), ('1g.10gb', 4)):
+        mig.create_ci(mig.create(gpu_handle, name, start))
+    observe(agent.manager)
+
+    got = agent.scrape()
+    per_instance = sorted(
+        (labels['GPU_I_ID'], labels['GPU_I_PROFILE'], value)
+        for labels, value in got.samples('DCGM_FI_DEV_FB_FREE')
+        if 'GPU_I_ID' in labels)
+    assert per_instance == [('1', '3g.40gb', 40448.0),
+                            ('2', '1g.10gb', 9984.0)]
+    whole = [labels for labels, _ in got.samples('DCGM_FI_DEV_FB_USED')
+             if 'GPU_I_ID' not in labels]
+    assert len(whole) == 1 and whole[0]['pci_bus_id'] == '00000000:00:06.0'
+    # Utilisation is not given per MIG instance: the GPU's series only.
+    assert all('GPU_I_ID' not in labels for labels, _ in
+               got.samples('DCGM_FI_DEV_GPU_UTIL'))

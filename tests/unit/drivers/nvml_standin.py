@@ -195,6 +195,18 @@ class RecordedNVML:
         buffer.value = self.static['name'].encode()
         return pynvml.NVML_SUCCESS
 
+    # MIG mode as recorded (off on the recorded H100); the MIG stand-in
+    # serves the modes and devices of a card in MIG mode.
+    @_entry
+    def nvmlDeviceGetMigMode(self, handle, current, pending):
+        current._obj.value, pending._obj.value = self.static['mig_mode']
+        return pynvml.NVML_SUCCESS
+
+    @_entry
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle, count):
+        count._obj.value = self.static['max_mig_devices']
+        return pynvml.NVML_SUCCESS
+
     @_entry
     def nvmlDeviceGetUtilizationRates(self, handle, utilization):
         utilization._obj.gpu = self.sample['gpu_util']

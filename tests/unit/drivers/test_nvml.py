@@ -5,6 +5,7 @@ import json
 import os
 import sys
 
+import pynvml
 import pytest
 
 from cyborg.accelerator.drivers import health
@@ -255,3 +256,31 @@ def test_the_xids_named_are_bounded(h100, recorded_nvml):
     # The latest kinds of fault are the ones named.
     assert named[-1].startswith(
         'critical XID %d' % critical[3 * nvml.MAX_XIDS_NAMED - 1])
+
+
+def test_mig_instances_report_their_memory(h100, mig_nvml):
+    """A GPU in MIG mode (the stand-in with the H100's MIG behaviour):
+    each MIG instance's identity and memory; none on a card with none."""
+    from tests.unit.drivers import test_nvml_mig_standin as mig
+
+    library = mig_nvml()
+    assert 'mig_instances' not in observe(h100).usage
+    gpu = pynvml.nvmlDeviceGetHandleByPciBusId(H100)
+    for name, start in (('3g.40gb', 0), ('1g.10gb', 4)):
+        mig.create_ci(mig.create(gpu, name, start))
+    observation = observe(h100)
+    assert observation.state == health.HEALTHY, observation.reason
+    uuids = [i.uuids[0] for i in library.instances(H100)]
+    assert [(m['gi_id'], m['ci_id'], m['profile'], m['mig_uuid'],
+             m['fb_total_bytes'] // 2 ** 20, m['fb_used_bytes'])
+            for m in observation.usage['mig_instances']] == [
+        (1, 0, '3g.40gb', uuids[0], 40448, 0),
+        (2, 0, '1g.10gb', uuids[1], 9984, 0)]
+
+
+def test_a_gpu_out_of_mig_mode_reports_no_mig_instances(h100,
+                                                        recorded_nvml):
+    recorded_nvml()
+    observation = observe(h100)
+    assert 'mig_instances' not in observation.usage
+    assert observation.state == health.HEALTHY, observation.reason

@@ -102,6 +102,7 @@ class NVMLObserver:
         self._last_xid = {}  # address -> the last XID of any kind
         self._identity = {}  # address -> {gpu_index, gpu_uuid, gpu_name}
         self._vgpu_stamps = {}  # address -> time stamp of the last sample
+        self._mig_profiles = {}  # address -> {GPU instance profile id: name}
 
     def _start(self):
         """The reason NVML cannot be used, or None once it is started."""
@@ -274,6 +275,9 @@ class NVMLObserver:
         vgpus = self._vgpus(findings, address, handle)
         if vgpus:
             usage['vgpus'] = vgpus
+        migs = self._mig_devices(findings, handle)
+        if migs:
+            usage['mig_instances'] = migs
         return findings, usage
 
     def _gpu_identity(self, findings, address, handle):
@@ -338,6 +342,84 @@ class NVMLObserver:
             self._vgpu_stamps[key] = max(self._vgpu_stamps.get(key, 0),
                                          sample.timeStamp)
         return [by_instance[i] for i in sorted(by_instance)]
+
+
+    def _mig_devices(self, findings, handle):
+        """Per-instance memory of the MIG devices of a GPU in MIG mode,
+        by GPU and compute instance. NVML gives no utilisation for a MIG
+        device (only GPM samples would, on Hopper and later)."""
+        nvml = self._nvml
+        mode = self._call(findings, nvml.nvmlDeviceGetMigMode, handle)
+        if not mode or mode[0] != nvml.NVML_DEVICE_MIG_ENABLE:
+            return []
+        count = self._call(findings, nvml.nvmlDeviceGetMaxMigDeviceCount,
+                           handle) or 0
+        found = []
+        for index in range(count):
+            # Indexes with no MIG device answer NOT_FOUND: skipped.
+            device = self._call(findings, _mig_device_at, nvml, handle,
+                                index)
+            if device is None:
+                continue
+            entry = {}
+            for name, function in (
+                    ('gi_id', nvml.nvmlDeviceGetGpuInstanceId),
+                    ('ci_id', nvml.nvmlDeviceGetComputeInstanceId),
+                    ('mig_uuid', nvml.nvmlDeviceGetUUID)):
+                value = self._call(findings, function, device)
+                if value is not None:
+                    entry[name] = value
+            profile = self._mig_profile(findings, handle, entry.get('gi_id'))
+            if profile is not None:
+                entry['profile'] = profile
+            memory = self._call(findings, nvml.nvmlDeviceGetMemoryInfo,
+                                device)
+            if memory is not None:
+                entry.update(fb_used_bytes=memory.used,
+                             fb_free_bytes=memory.free,
+                             fb_total_bytes=memory.total)
+            found.append(entry)
+        return sorted(found, key=lambda e: (e.get('gi_id', -1),
+                                            e.get('ci_id', -1)))
+
+
+    def _mig_profile(self, findings, handle, gi_id):
+        """The profile name (``3g.40gb``) of GPU instance ``gi_id``."""
+        if gi_id is None:
+            return None
+        nvml = self._nvml
+        instance = self._call(findings, nvml.nvmlDeviceGetGpuInstanceById,
+                              handle, gi_id)
+        info = (self._call(findings, nvml.nvmlGpuInstanceGetInfo, instance)
+                if instance is not None else None)
+        if info is None:
+            return None
+        key = self._addresses.get(_key(handle))
+        names = self._mig_profiles.get(key)
+        if names is None:
+            # The card's profiles do not change: read once.
+            names = self._mig_profiles[key] = {}
+            for index in range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+                found = self._call(
+                    [], nvml.nvmlDeviceGetGpuInstanceProfileInfo, handle,
+                    index)
+                if found is not None:
+                    name = found.name
+                    if isinstance(name, bytes):
+                        name = name.decode()
+                    names[found.id] = name.removeprefix('MIG ')
+        return names.get(info.profileId)
+
+
+def _mig_device_at(nvml, handle, index):
+    """The MIG device at ``index`` of the GPU, or None where there is
+    none."""
+    try:
+        return nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+    except nvml.NVMLError as e:
+        if e.value == nvml.NVML_ERROR_NOT_FOUND:
+            return None
+        raise
 
 
 def _note(seen, xid):
