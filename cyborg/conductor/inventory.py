@@ -42,7 +42,8 @@ DEVICE_STATUSES = (ENABLED, MAINTAINING)
 COUNTS = ('devices_added', 'devices_updated', 'devices_removed',
           'devices_missing', 'deployables_added', 'deployables_updated',
           'deployables_removed', 'attributes_written', 'attributes_removed',
-          'attach_handles_added', 'attach_handles_removed')
+          'attach_handles_added', 'attach_handles_updated',
+          'attach_handles_removed')
 
 
 # A card whose function changes when it is programmed is not
@@ -258,6 +259,17 @@ def _canonical(text):
     return json.dumps(json.loads(text), sort_keys=True)
 
 
+# Keys of attach_info that only tell apart handles of one place (the
+# instances of one vGPU type on one function): a handle whose mark alone
+# changed is the same handle.
+_MARKS = ('vgpu_mark',)
+
+
+def _unnamed(info):
+    return json.dumps({k: v for k, v in info.items() if k not in _MARKS},
+                      sort_keys=True)
+
+
 class _NewDeployable:
     """A deployable to insert; its ids are known once inserted."""
 
@@ -297,6 +309,7 @@ class _Plan:
         self.new_attributes = []  # (deployable ref, key, value)
         self.attribute_updates = []  # (attribute id, value)
         self.new_handles = []  # (deployable ref, device ref, AttachHandle)
+        self.handle_updates = []  # (handle id, its new attach_info)
         self.removed_attributes = []
         self.removed_handles = []
         self.removed_deployables = []  # StoredDeployable
@@ -439,19 +452,42 @@ class _Plan:
             # Same info, other key order: still the same handle.
             by_key = {(h.attach_type, _canonical(h.attach_info)): h
                       for h in stored.handles if h.id not in matched}
+            still = []
             for handle in unmatched:
                 row = by_key.pop((handle.attach_type,
                                   _cpid_text(handle.attach_info)), None)
                 if row is None:
-                    self.new_handles.append((stored, device_row, handle))
-                    self.counts['attach_handles_added'] += 1
+                    still.append(handle)
                 else:
                     matched.add(row.id)
+            self._renamed_handles(still, stored, device_row, matched)
         for row in stored.handles:
             # A handle in use stays until it is released: the VM has it.
             if row.id not in matched and not row.busy:
                 self.removed_handles.append(row.id)
                 self.counts['attach_handles_removed'] += 1
+
+    def _renamed_handles(self, unmatched, stored, device_row, matched):
+        """Handles that differ from a stored one only by a name the
+        driver gives them (``vgpu_mark``): the stored row is kept, a busy
+        one first, and takes the new info; the others are new."""
+        left = sorted((h for h in stored.handles if h.id not in matched),
+                      key=lambda h: (not h.busy, h.id))
+        by_place = {}
+        for row in left:
+            key = (row.attach_type, _unnamed(json.loads(row.attach_info)))
+            by_place.setdefault(key, []).append(row)
+        for handle in unmatched:
+            rows = by_place.get((handle.attach_type,
+                                 _unnamed(handle.attach_info)))
+            if rows:
+                row = rows.pop(0)
+                matched.add(row.id)
+                self.handle_updates.append((row.id, handle.attach_info))
+                self.counts['attach_handles_updated'] += 1
+            else:
+                self.new_handles.append((stored, device_row, handle))
+                self.counts['attach_handles_added'] += 1
 
     def _deletable(self, gone, device_row):
         """The gone deployables that may go: free, and no kept child."""
@@ -500,6 +536,9 @@ class _Plan:
         for attribute_id, value in self.attribute_updates:
             inventory_db.update_row(connection, inventory_db.attributes,
                                     attribute_id, {'value': value})
+        for handle_id, info in self.handle_updates:
+            inventory_db.update_row(connection, inventory_db.attach_handles,
+                                    handle_id, {'attach_info': info})
         inventory_db.insert_driver_attributes(
             connection,
             [{'uuid': str(uuid_lib.uuid4()), 'deployable_id': ref.id,

@@ -11,6 +11,7 @@ from cyborg import exception
 from cyborg.accelerator.drivers import fake
 from cyborg.conductor import inventory as inventory_sync
 from cyborg.db import models
+from cyborg.objects import inventory as objects_inventory
 from tests.functional.conductor import inventories
 from tests.functional.conductor.inventories import copy
 from tests.functional.conductor.inventories import fake_devices
@@ -309,3 +310,44 @@ def test_reports_leave_operator_attributes_alone(admin_context, db):
     # The device went away: its operator attribute goes with it.
     assert changes.counts['devices_removed'] == 1
     assert rows(db, models.Attribute) == []
+
+
+def _vgpus(marks):
+    """A GPU whose vGPU handles (type nvidia-472 on VF af:00.4) carry the
+    given marks."""
+    address = objects_inventory.PCIAddress('0000', 'af', '00', '0')
+    vf = objects_inventory.PCIAddress('0000', 'af', '00', '4')
+    return objects_inventory.Device(
+        type='GPU', vendor='10de', model='A100',
+        controlpath_type='PCI', controlpath_info=address.as_info(),
+        std_board_info={'vendor_id': '10de', 'product_id': '20b0'},
+        deployables=[objects_inventory.Deployable(
+            name='vgpu_0000:af:00.0_nvidia-472',
+            num_accelerators=len(marks), resource_class='VGPU',
+            driver_name='nvidia_gpu_driver', traits=['CUSTOM_GPU_NVIDIA'],
+            attach_handles=[objects_inventory.AttachHandle('MDEV', {
+                **vf.as_info(), 'asked_type': 'nvidia-472',
+                'vgpu_mark': mark}) for mark in marks])])
+
+
+def test_a_handle_whose_mark_alone_changed_is_the_same_handle(
+        admin_context, db):
+    """A driver that numbers its vGPU handles anew (an upgrade, a sibling
+    VF gone) renames them: the stored rows keep their ids, uuids and
+    holders, and take the new info; none is added or removed."""
+    apply(admin_context, host(_vgpus(['nvidia-472_2'])))
+    inventories.bind_handle(db, 'vgpu_0000:af:00.0_nvidia-472')
+    [before] = rows(db, models.AttachHandle)
+
+    changes = apply(admin_context, host(_vgpus(['nvidia-472_0'])))
+
+    assert (changes.counts['attach_handles_updated'],
+            changes.counts['attach_handles_added'],
+            changes.counts['attach_handles_removed']) == (1, 0, 0)
+    [after] = rows(db, models.AttachHandle)
+    assert (after.id, after.uuid, after.in_use) == (before.id, before.uuid,
+                                                    True)
+    assert after.attach_info['vgpu_mark'] == 'nvidia-472_0'
+    # Reported again as it is now: nothing to write.
+    again = apply(admin_context, host(_vgpus(['nvidia-472_0'])))
+    assert not any(again.counts.values()), again.counts

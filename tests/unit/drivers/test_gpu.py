@@ -112,6 +112,36 @@ def test_vgpus_on_sriov_vfs_belong_to_the_physical_gpu(discover):
             ] == ['nvidia-472'] * 3
 
 
+def test_a_vf_that_stops_offering_its_type_leaves_the_others_handles(
+        fresh_host_tree):
+    """The marks count the instances of each function: af:00.4 losing
+    the type (a changed VF type, a driver upgrade) changes nothing of
+    af:00.6's handle, which a bound ARQ may hold."""
+    import shutil
+
+    from tests.unit.drivers.conftest import make_driver_conf
+
+    root = fresh_host_tree('gpu')
+    driver = nvidia.NvidiaGPUDriver(make_driver_conf(A100_VGPU),
+                                    pci.PCIReader(root))
+
+    def handles():
+        [gpu] = [d for d in driver.discover()
+                 if d.controlpath_info['bus'] == 'af']
+        return {address_of(h.attach_info): h.attach_info
+                for h in gpu.deployables[0].attach_handles}
+
+    before = handles()
+    assert {a: i['vgpu_mark'] for a, i in before.items()} == dict.fromkeys(
+        ['0000:af:00.4', '0000:af:00.5', '0000:af:00.6'], 'nvidia-472_0')
+    shutil.rmtree(os.path.join(root, 'sys/class/mdev_bus/0000:af:00.4',
+                               'mdev_supported_types/nvidia-472'))
+    after = handles()
+    assert '0000:af:00.4' not in after
+    assert after == {a: i for a, i in before.items()
+                     if a != '0000:af:00.4'}
+
+
 def test_single_type_without_addresses_applies_to_every_capable_gpu(
         discover):
     devices = by_controlpath(discover(

@@ -11,7 +11,7 @@ virtual functions are not GPUs.
   deployable ``vgpu_<address>_<type>`` per type, resource class ``VGPU``,
   with one ``MDEV`` attach handle per instance the type offers. The handle
   names the function the mdev is created on, ``asked_type`` and a
-  ``vgpu_mark`` ``<type>_<n>``, n counting the handles of the deployable.
+  ``vgpu_mark`` ``<type>_<n>``, n counting the handles of its function.
   Instances are counted as available plus already created, so that
   creating an mdev for a VM changes nothing in the inventory.
 - Configured for vGPU but offering none of the type (host driver not
@@ -52,6 +52,7 @@ NVML says (``nvml.NVMLObserver``). A GPU bound to a driver other than
 on the host: the PCI level is all there is to judge.
 """
 
+import collections
 import logging
 import re
 
@@ -293,11 +294,17 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
             for profile, held in sorted(by_profile.items())]
 
     def _vgpu_deployable(self, gpu, type_id, slots):
-        handles = [inventory.AttachHandle('MDEV', {
-            **member.address.as_info(),
-            'asked_type': type_id,
-            'vgpu_mark': '%s_%d' % (type_id, index)})
-            for index, member in enumerate(slots)]
+        # Numbered per function: a function that stops offering the type
+        # leaves the marks of the others, and so their handles, as they
+        # were.
+        numbered = collections.Counter()
+        handles = []
+        for member in slots:
+            handles.append(inventory.AttachHandle('MDEV', {
+                **member.address.as_info(),
+                'asked_type': type_id,
+                'vgpu_mark': '%s_%d' % (type_id, numbered[member.address])}))
+            numbered[member.address] += 1
         attributes = {'vgpu_type': type_id}
         type_name = next((m.mdev_type(type_id).name for m in slots), None)
         if type_name:
