@@ -20,10 +20,13 @@ inventory at once rather than at the next interval: the loaded
 function's trait reaches the database and Placement the way every other
 trait does.
 
-Before its first report, the agent of a host with GPUs of MIG instances
-on demand puts back the instances of that host's binds, which a reboot
-lost, and destroys those no bind owns (``mig_restore.py``); a conductor
-that does not answer leaves that to the next report.
+Before its first report, the agent applies again the device
+configuration that a reboot lost (``config_restore.py``: VF counts,
+driver bindings, vGPU types of VFs, FPGA base images), then puts back
+the mdevs of Bound ARQs (``mdev_restore.py``) and, on a host with GPUs
+of MIG instances on demand, the instances of that host's binds,
+destroying those no bind owns (``mig_restore.py``); a conductor that
+does not answer leaves that to the next report.
 
 The agent runs as an unprivileged user: what a driver does as root
 (writing an mdev's sysfs files, running an FPGA tool) it asks of the
@@ -64,11 +67,14 @@ from cyborg import rpc
 from cyborg import service
 from cyborg import version as cyborg_version
 from cyborg.accelerator.drivers import base
+from cyborg.accelerator.drivers import health
 from cyborg.accelerator.drivers import loader
 from cyborg.accelerator.drivers import pci
 from cyborg.accelerator.drivers.fpga import scrub as fpga_scrub
 from cyborg.accelerator.drivers.gpu import mig_nvml
+from cyborg.agent import config_restore
 from cyborg.agent import device_config
+from cyborg.agent import device_state
 from cyborg.agent import mdev_restore
 from cyborg.agent import mig_restore
 from cyborg.agent import rpcapi as agent_rpcapi
@@ -77,6 +83,7 @@ from cyborg.clients import placement as placement_client
 from cyborg.conductor import placement_sync
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.device_config import base_image
+from cyborg.device_config import kinds as config_kinds
 from cyborg.device_config import status as config_status
 from cyborg.metrics import agent as agent_metrics
 from cyborg.metrics import endpoint as metrics_endpoint
@@ -169,6 +176,15 @@ def _bindings(found):
             for address, bound in found.items() if isinstance(bound, list)}
 
 
+def _runs_function(device, function_uuid):
+    """Whether ``device`` as discovered runs ``function_uuid``."""
+    wanted = _uuid_hex(function_uuid)
+    return any(_uuid_hex(f) == wanted
+               for deployable in device.deployables
+               for f in str((deployable.attributes or {}).get(
+                   'function_uuid') or '').split(',') if f)
+
+
 def _image_file_name(image_id):
     return re.sub(r'[^A-Za-z0-9_.-]', '_', str(image_id)).lstrip('.')
 
@@ -226,6 +242,14 @@ class AgentManager:
         # answer named them ({address: [{instance_uuid, project_id}]}),
         # for the metrics endpoint's labels.
         self.bindings = {}
+        # The device configuration a reboot lost, applied again before
+        # the first report; {address: why} of what could not be, reported
+        # unhealthy until the rollout applies the device's settings.
+        self.config_restore = config_restore.ConfigRestore(
+            conf.host, conductor, self._context, self._restore_config,
+            timeout=conf.agent.report_timeout, enabled=bool(drivers))
+        self._config_unrestored = {}
+        self._config_unrestored_lock = threading.Lock()
         # The mdevs of Bound ARQs, put back before the first report.
         self.mdev_restore = mdev_restore.MdevRestore(
             conf.host, drivers, conductor, self._context,
@@ -464,10 +488,73 @@ class AgentManager:
                  wanted_settings, result['state'],
                  ' at %r: %s' % (result['failed_task'], result['message'])
                  if result['state'] != config_status.APPLIED else '')
+        if result['state'] == config_status.APPLIED:
+            with self._config_unrestored_lock:
+                self._config_unrestored.pop(address, None)
         # Before the answer: the devices, providers and handles that the
         # change made or removed reach the conductor first.
         self.report_inventory()
         return agent_rpcapi.CONFIG_RESULT.dump(result)
+
+    def _restore_config(self, applied):
+        """``config_restore``'s restore of one device: its applied
+        settings given again, as the rollout gives them, unless it still
+        holds them."""
+        kind, settings = applied['kind'], applied['applied_settings']
+        try:
+            driver, device = self._device_at(applied['controlpath_info'])
+        except agent_rpcapi.NotOnThisHost as exc:
+            raise config_restore.Failed(config_restore.failure(
+                kind, settings, exc.message))
+        address = _address_text(device.controlpath_info)
+        with self._program_lock('device-config', address):
+            if kind == config_kinds.FPGA_BASE_IMAGE:
+                held = self._runs_base_image(driver, device, address,
+                                             settings['bitstream_uuid'])
+            else:
+                held = config_restore.holds(
+                    kind, settings, device_state.read(driver.pci, address))
+            if held is None:
+                return 'unknown'
+            if held:
+                return 'kept'
+            try:
+                result = device_config.apply(
+                    kind, address, settings, settings,
+                    self._privileged_playbook,
+                    functools.partial(self._load_base_image, driver,
+                                      device),
+                    kernel_driver=_kernel_driver(driver, address))
+            except base.DriverError as exc:
+                result = {'state': config_status.FAILED,
+                          'failed_task': 'run the playbooks',
+                          'message': str(exc)}
+        if result['state'] == config_status.APPLIED:
+            return 'applied'
+        why = config_restore.failure(kind, settings, '%s: %s' % (
+            result['failed_task'], result['message']))
+        with self._config_unrestored_lock:
+            self._config_unrestored[address] = why
+        raise config_restore.Failed(why)
+
+    def _runs_base_image(self, driver, device, address, image_id):
+        """Whether the FPGA runs the function of base image
+        ``image_id`` now; None if that cannot be told (Glance does not
+        answer, the image names no function)."""
+        try:
+            image = self._glance_client().get_bitstream(image_id)
+        except exception.CyborgError as exc:
+            LOG.warning('FPGA %s: cannot tell whether it still runs base '
+                        'image %s; left as it is: %s', address, image_id,
+                        exc.message)
+            return None
+        function_uuid = dict(image['properties']).get('function_uuid')
+        if not function_uuid:
+            LOG.warning('FPGA %s: base image %s names no function_uuid, so '
+                        'whether the card still runs it cannot be told; '
+                        'left as it is', address, image_id)
+            return None
+        return _runs_function(device, function_uuid)
 
     def _privileged_playbook(self, pair, action, variables):
         with base.privileged('Cannot run the %s playbook of %s'
@@ -495,13 +582,8 @@ class AgentManager:
                 return False
         if not function_uuid:
             return True
-        device = self._find_device(driver, controlpath_info)
-        wanted_function = _uuid_hex(function_uuid)
-        return any(
-            _uuid_hex(f) == wanted_function
-            for deployable in device.deployables
-            for f in str((deployable.attributes or {}).get(
-                'function_uuid') or '').split(',') if f)
+        return _runs_function(self._find_device(driver, controlpath_info),
+                              function_uuid)
 
     def _driver(self, driver_name):
         for driver in self.drivers:
@@ -663,7 +745,8 @@ class AgentManager:
             return self._report_inventory()
 
     def _report_inventory(self):
-        if self.mig_restore.pending or self.mdev_restore.pending:
+        if (self.config_restore.pending or self.mig_restore.pending
+                or self.mdev_restore.pending):
             self._restore_after_restart()
         try:
             snapshot = self.discover()
@@ -709,14 +792,18 @@ class AgentManager:
         return result
 
     def _restore_after_restart(self):
-        """Before a report, while not done: the mdevs and MIG instances
-        of this host's binds put back after its restart (``mdev_restore``,
-        ``mig_restore``), so that the report shows the GPUs as their
-        binds left them."""
+        """Before a report, while not done: the device configuration
+        applied again, then the mdevs and MIG instances of this host's
+        binds put back after its restart (``config_restore``,
+        ``mdev_restore``, ``mig_restore``), so that the report shows the
+        devices as their policies and binds left them."""
         try:
             service.check_message_bus(self.conf)
         except ConnectionError:
             return  # the report says so
+        if not self.config_restore.run(server=self.owner):
+            # The VFs that mdevs and VF vGPUs live on may not be back.
+            return
         self.mdev_restore.run(server=self.owner)
         self.mig_restore.run(server=self.owner)
 
@@ -755,6 +842,15 @@ class AgentManager:
             except Exception:
                 LOG.exception('Driver %s failed to observe its devices',
                               driver.name)
+        with self._config_unrestored_lock:
+            unrestored = dict(self._config_unrestored)
+        for address, why in unrestored.items():
+            seen = observations.get(address)
+            if seen is not None:
+                observations[address] = health.Observation.of(
+                    address, list(seen.findings) + [
+                        health.Finding(health.UNHEALTHY, why)],
+                    seen.usage, seen.observed_at)
         self.last_observations = observations
         return observations
 

@@ -45,6 +45,7 @@ from cyborg.conductor import rpcapi
 from cyborg.conductor import scrubber
 from cyborg.db import session
 from cyborg.db.api import arqs as arqs_db
+from cyborg.db.api import device_config_status as config_db
 from cyborg.metrics import conductor as conductor_metrics
 from cyborg.metrics import endpoint as metrics_endpoint
 from cyborg.notifications import notifier as notifier_module
@@ -294,6 +295,27 @@ class ConductorManager:
         with _database_outage('listing the mdevs of host %s' % host):
             rows = arqs_db.mdevs_of_host(context, host)
         return [rpcapi.MDEV_HELD.dump(_held(row)) for row in rows]
+
+    # -- device configuration after a host restart (1.7) -----------------
+
+    @messaging.expected_exceptions(*DATABASE_DOWN)
+    @rpc.ignores_unknown_args
+    def applied_configs_of_host(self, context, host):
+        # Read only: any conductor answers, the owner or not. Rows on
+        # their way elsewhere (pending, draining, applying, failed) are
+        # the rollout's to finish.
+        with _database_outage('listing the applied device configuration '
+                              'of host %s' % host), \
+                context.db.read_connection(context) as connection:
+            rows = config_db.work_of_hosts(connection, [host],
+                                           (config_db.APPLIED,))
+        return [rpcapi.CONFIG_APPLIED.dump({
+            'device_uuid': row.device_uuid,
+            'controlpath_info': row.controlpath_info,
+            'kind': row.kind, 'applied_settings': row.applied_settings})
+            for row in rows
+            if row.controlpath_info is not None and not row.restoring
+            and row.applied_settings is not None]
 
     @messaging.expected_exceptions(exception.Invalid, *DATABASE_DOWN)
     @rpc.ignores_unknown_args

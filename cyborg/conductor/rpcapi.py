@@ -13,6 +13,8 @@ Version history (bump the minor for additions, keep old calls working):
       the MIG instances of its binds after its host restarted
   1.6 mdevs_of_host: an agent puts back the mdevs of its Bound ARQs
       after its host restarted
+  1.7 applied_configs_of_host: an agent applies again the device
+      configuration its host lost in a restart
 
 Rolling upgrades: ``[upgrade_levels] conductor`` caps what this client
 sends. A method names the version it needs in ``_prepare``, which
@@ -29,7 +31,7 @@ summaries returned are ``SUMMARY`` payloads.
 from cyborg import rpc
 from cyborg.objects import payload
 
-VERSION = '1.6'
+VERSION = '1.7'
 
 # What report_host_inventory and set_device_status answer: a dict of
 # facts for logs. 1.1: the report's answer has ``bindings``, {device
@@ -45,6 +47,11 @@ MIG_HELD = payload.Kind('MIG instance held', '1.0',
 MDEV_HELD = payload.Kind('mdev held', '1.0',
                          required=('arq_uuid', 'state', 'driver_name',
                                    'attach_handle'))
+# A device of a host whose configuration status is applied: its control
+# path and what was applied.
+CONFIG_APPLIED = payload.Kind('device configuration applied', '1.0',
+                              required=('device_uuid', 'controlpath_info',
+                                        'kind', 'applied_settings'))
 
 
 class ConductorAPI:
@@ -184,6 +191,18 @@ class ConductorAPI:
                                           server=server)).call(
             context, 'mdevs_of_host', host=host)
         return [MDEV_HELD.load(held) for held in answer or ()]
+
+    def applied_configs_of_host(self, context, host, timeout=None,
+                                server=None):
+        """The devices of ``host`` whose configuration is applied (1.7):
+        a list of ``CONFIG_APPLIED`` fields, ``{device_uuid,
+        controlpath_info, kind, applied_settings}``. Under a cap below
+        1.7 raises ``rpc.VersionCapped``."""
+        answer = self._prepare('applied_configs_of_host', '1.7',
+                               **_options(timeout=timeout,
+                                          server=server)).call(
+            context, 'applied_configs_of_host', host=host)
+        return [CONFIG_APPLIED.load(applied) for applied in answer or ()]
 
     def record_mig_instance(self, context, arq_uuid, handle_uuid,
                             old_details, new_details, timeout=None,

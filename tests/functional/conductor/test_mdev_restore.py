@@ -57,6 +57,10 @@ class Conductor:
                               server=None):
         return []
 
+    def applied_configs_of_host(self, context, host, timeout=None,
+                                server=None):
+        return []
+
     def report_host_inventory(self, context, inventory, names, **kwargs):
         self.reports.append(_created(self.root))
         return {'changed': False}
