@@ -336,7 +336,7 @@ class AgentManager:
     @_answers_errors
     @rpc.ignores_unknown_args
     def scrub_attach_handle(self, context, driver_name, attach_handle,
-                            scrub_method, base_image=None):
+                            scrub_method, base_image=None, clear_image=None):
         driver, device, handle, uuid = self._find_attach_handle(
             driver_name, attach_handle)
         reloads = scrub_method == fpga_scrub.FPGA_BASE_IMAGE
@@ -344,7 +344,7 @@ class AgentManager:
             with self._handle_lock(driver_name, handle):
                 if reloads:
                     done = self._scrub_fpga(driver, device, handle,
-                                            base_image)
+                                            base_image, clear_image)
                 else:
                     done = scrub.scrub(driver, device, handle, uuid,
                                        scrub_method)
@@ -360,28 +360,36 @@ class AgentManager:
                  done['seconds'], ', '.join(done['steps']))
         return agent_rpcapi.SCRUB_RESULT.dump(done)
 
-    def _scrub_fpga(self, driver, device, handle, base_image):
-        """The ``fpga-base-image`` scrub: the card's base image (a
-        bitstream payload naming it, or None) loaded again and checked,
-        timed as ``scrub.scrub`` times the others."""
+    def _scrub_fpga(self, driver, device, handle, base_image, clear_image):
+        """The ``fpga-base-image`` scrub: the card's clearing image, if
+        it has one, then its base image (bitstream payloads naming them,
+        or None) loaded again and checked, timed as ``scrub.scrub`` times
+        the others."""
         started = time.monotonic()
-        image_id = (agent_rpcapi.BITSTREAM.load(base_image)['image_id']
-                    if base_image is not None else None)
-        steps = fpga_scrub.scrub(driver, device, handle, image_id,
+
+        def image_of(payload):
+            return (agent_rpcapi.BITSTREAM.load(payload)['image_id']
+                    if payload is not None else None)
+
+        steps = fpga_scrub.scrub(driver, device, handle,
+                                 image_of(base_image),
                                  functools.partial(self._reload_base_image,
-                                                   driver, device))
+                                                   driver, device),
+                                 clear_image_id=image_of(clear_image))
         return {'method': fpga_scrub.FPGA_BASE_IMAGE, 'steps': steps,
                 'seconds': round(time.monotonic() - started, 3)}
 
-    def _reload_base_image(self, driver, device, image_id):
-        """Load base image ``image_id`` into ``device`` through ``_load``,
+    def _reload_base_image(self, driver, device, image_id,
+                           step=fpga_scrub.RELOAD):
+        """Load image ``image_id`` (the base image, or at ``step``
+        ``clear`` the clearing one) into ``device`` through ``_load``,
         even if this agent loaded it last: the tenant may have changed
         the card since. Its Glance properties."""
         try:
             image = self._glance_client().get_bitstream(image_id)
         except exception.CyborgError as exc:
-            raise base.ScrubFailed(fpga_scrub.RELOAD, 'Cannot find base '
-                                   'image %s: %s' % (image_id, exc.message))
+            raise base.ScrubFailed(step, 'Cannot find image %s: %s'
+                                   % (image_id, exc.message))
         properties = dict(image['properties'])
         with self._loaded_lock:
             self._loaded.pop((driver.name,

@@ -25,7 +25,8 @@ Version history (bump the minor for additions, keep old calls working):
       ``MIG_INSTANCE``, ``MIG_RELEASED``)
   1.5 scrub_attach_handle (``SCRUB_RESULT``)
   1.6 scrub_attach_handle with ``base_image``: the FPGA base image that an
-      ``fpga-base-image`` scrub loads again (``BITSTREAM``)
+      ``fpga-base-image`` scrub loads again, and ``clear_image``, the one
+      it loads first to clear the card's memory (``BITSTREAM``)
 
 ``[upgrade_levels] agent`` caps what the conductor sends, as
 ``[upgrade_levels] conductor`` does for the conductor's API (see
@@ -230,7 +231,8 @@ class AgentAPI:
         return kinds[answered].load(answer)
 
     def scrub_attach_handle(self, context, host, driver_name,
-                            attach_handle, method, timeout, base_image=None):
+                            attach_handle, method, timeout, base_image=None,
+                            clear_image=None):
         """Scrub a released attach handle by ``method`` (the scrub
         method its deployable reported) and verify it (1.5); at most
         ``timeout`` seconds. Answers ``{'method', 'steps', 'seconds'}``;
@@ -239,8 +241,10 @@ class AgentAPI:
 
         ``base_image`` (1.6) is the Glance image id of the card's base
         image, which an ``fpga-base-image`` scrub loads again; without
-        it that scrub fails at ``reload``. Under a cap below 1.6 a base
-        image raises ``VersionCapped``: an older agent would ignore it.
+        it that scrub fails at ``reload``. ``clear_image`` (1.6, with
+        it) is the image that clears the card's memory, loaded first.
+        Under a cap below 1.6 a base image raises ``VersionCapped``: an
+        older agent would ignore it.
         """
         kwargs = {'driver_name': driver_name,
                   'attach_handle': ATTACH_HANDLE.dump(attach_handle),
@@ -249,6 +253,9 @@ class AgentAPI:
         if base_image is not None:
             version = SCRUB_BASE_IMAGE_VERSION
             kwargs['base_image'] = BITSTREAM.dump({'image_id': base_image})
+            if clear_image is not None:
+                kwargs['clear_image'] = BITSTREAM.dump(
+                    {'image_id': clear_image})
         return SCRUB_RESULT.load(self._call(
             context, host, version, 'scrub_attach_handle', timeout=timeout,
             **kwargs))

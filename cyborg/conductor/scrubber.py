@@ -111,8 +111,10 @@ class Scrubber:
         if row.method == fpga_scrub.FPGA_BASE_IMAGE:
             # The agent keeps no configuration: the image to load again
             # comes from here (none: the agent fails the scrub, saying so).
-            extra['base_image'] = config_status_db.applied_base_image(
-                context, row.device_id)
+            applied = config_status_db.applied_base_image(
+                context, row.device_id) or {}
+            extra['base_image'] = applied.get('bitstream_uuid')
+            extra['clear_image'] = applied.get('clear_bitstream_uuid')
         started = time.monotonic()
         step = message = None
         try:

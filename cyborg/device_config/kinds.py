@@ -94,13 +94,19 @@ def _vgpu_type(settings):
 
 
 def _fpga_base_image(settings):
-    _fields(FPGA_BASE_IMAGE, settings, ('bitstream_uuid',))
-    value = settings['bitstream_uuid']
-    # The API turns the other forms of a uuid into this one.
-    if not isinstance(value, str) or not UUID.match(value):
-        raise _invalid('bitstream_uuid must be the uuid of a bitstream '
-                       'image, not %s.' % _shown(value))
-    return {'bitstream_uuid': value}
+    _fields(FPGA_BASE_IMAGE, settings, ('bitstream_uuid',),
+            ('clear_bitstream_uuid',))
+    checked = {}
+    for name in ('bitstream_uuid', 'clear_bitstream_uuid'):
+        if name not in settings:
+            continue
+        value = settings[name]
+        # The API turns the other forms of a uuid into this one.
+        if not isinstance(value, str) or not UUID.match(value):
+            raise _invalid('%s must be the uuid of a bitstream image, not '
+                           '%s.' % (name, _shown(value)))
+        checked[name] = value
+    return checked
 
 
 def _mig_layout(settings):

@@ -532,12 +532,13 @@ def state_of_deployable(connection, deployable_id):
 
 
 def applied_base_image(context, device_id):
-    """The Glance image id of the FPGA base image that the device's
-    configuration applied, or None."""
+    """The settings of the FPGA base image that the device's
+    configuration applied (``bitstream_uuid``, and
+    ``clear_bitstream_uuid`` where it has one), or None."""
     stmt = (sa.select(status.c.applied_settings).select_from(status)
             .join(_policies, _policies.c.id == status.c.policy_id)
             .where(status.c.device_id == device_id,
                    _policies.c.kind == kinds.FPGA_BASE_IMAGE))
     with context.db.read_connection(context) as connection:
         applied = connection.execute(stmt).scalar_one_or_none()
-    return (applied or {}).get('bitstream_uuid')
+    return applied if (applied or {}).get('bitstream_uuid') else None

@@ -199,10 +199,13 @@ def test_a_bitstream_uuid_in_any_form_is_stored_in_one(api):
     made = api.post_json(POLICIES, policy(
         'base', kind='fpga_base_image', devices={'vendor_id': '8086'},
         settings={'bitstream_uuid':
-                  'urn:uuid:0B2C5E1F3A4D4B6C8D0E1F2A3B4C5D6E'}),
+                  'urn:uuid:0B2C5E1F3A4D4B6C8D0E1F2A3B4C5D6E',
+                  'clear_bitstream_uuid':
+                  '{7D3C2B1A-0F9E-4D8C-B7A6-958473625140}'}),
         headers=ADMIN, status=201).json
     assert made['settings'] == {
-        'bitstream_uuid': '0b2c5e1f-3a4d-4b6c-8d0e-1f2a3b4c5d6e'}
+        'bitstream_uuid': '0b2c5e1f-3a4d-4b6c-8d0e-1f2a3b4c5d6e',
+        'clear_bitstream_uuid': '7d3c2b1a-0f9e-4d8c-b7a6-958473625140'}
 
 
 def test_list_is_by_priority(api, devices):
@@ -231,6 +234,13 @@ def test_list_is_by_priority(api, devices):
      "mdev_type must name a mediated device type as sysfs does"),
     (policy(kind='fpga_base_image', settings={'bitstream_uuid': 'latest'}),
      'bitstream_uuid must be the uuid of a bitstream image'),
+    (policy(kind='fpga_base_image', settings={
+        'bitstream_uuid': '0b2c5e1f-3a4d-4b6c-8d0e-1f2a3b4c5d6e',
+        'clear_bitstream_uuid': 7}),
+     'clear_bitstream_uuid must be the uuid of a bitstream image, not 7.'),
+    (policy(kind='fpga_base_image', settings={
+        'clear_bitstream_uuid': '0b2c5e1f-3a4d-4b6c-8d0e-1f2a3b4c5d6e'}),
+     'need the field bitstream_uuid.'),
     (policy(kind='mig_layout', settings={'mig_enabled': True,
                                          'mig_devices': {'big': 1}}),
      "'big' is not a MIG profile name such as 1g.10gb"),

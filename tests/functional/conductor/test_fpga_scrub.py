@@ -135,12 +135,16 @@ class Rig:
         return (scrubber or self.scrubber).run_pass(
             context, membership.SoleMembership(None))
 
-    def apply_base_image(self, context, image_id):
-        """A base-image policy for the PAC, rolled out: applied."""
+    def apply_base_image(self, context, image_id, clear_image_id=None):
+        """A base-image policy for the PAC (with a clearing image, if
+        given), rolled out: applied."""
+        settings = {'bitstream_uuid': image_id}
+        if clear_image_id is not None:
+            settings['clear_bitstream_uuid'] = clear_image_id
         policy = self.api.post_json(POLICIES, {
             'name': 'pac-base', 'kind': 'fpga_base_image',
             'devices': {'vendor_id': '8086', 'pci_addresses': [PAC]},
-            'settings': {'bitstream_uuid': image_id}}, headers=ADMIN).json
+            'settings': settings}, headers=ADMIN).json
         self.rollout.run_pass(context)
         [row] = self.api.get('%s/%s/status' % (POLICIES, policy['uuid']),
                              headers=ADMIN).json['status']
@@ -305,6 +309,61 @@ def test_a_released_pac_gets_its_base_image_again_and_is_free(
     assert arq['attach_handle_uuid'] == handle_uuid
 
 
+CLEAR_FUNCTION = '5c4b3a29-1807-4f6e-9d5c-4b3a29180766'
+CLEAR_IMAGE = image_bytes(CLEAR_FUNCTION, 'writes every DDR bank over')
+
+
+def test_a_clearing_image_is_loaded_before_the_base_image(
+        rig, glance, fake_tool, tmp_path, admin_context):  # noqa: F811
+    """With ``clear_bitstream_uuid`` the scrub loads that image first (it
+    writes the card's memory over as it starts), checks that the card
+    runs it, then loads the base image again."""
+    loads = tmp_path / 'loaded-functions'
+    fake_tool('fpgaconf', extra='head -n 1 %s | cut -c5- | tee %s >> %s'
+              % (tmp_path / 'fpgaconf.input', rig.afu_id_file(), loads))
+    base_image = glance.upload_bitstream(BASE_IMAGE, **pac_image())
+    clear = glance.upload_bitstream(CLEAR_IMAGE, **pac_image(
+        function_uuid=CLEAR_FUNCTION, **{'bs-name': 'ddr-clear'}))
+    rig.apply_base_image(admin_context, base_image['id'], clear['id'])
+    # The rollout loads the base image alone.
+    assert loads.read_text().split() == [_hex(BASE_FUNCTION)]
+    loads.unlink()
+    handle_uuid = released(rig, admin_context, tenant=TENANT_FUNCTION)
+
+    assert rig.scrub_pass(admin_context) == {handle_uuid: scrubs.PASSED}
+
+    assert loads.read_text().split() == [_hex(CLEAR_FUNCTION),
+                                         _hex(BASE_FUNCTION)]
+    assert rig.port_function() == _hex(BASE_FUNCTION)
+    handle = rig.handle(handle_uuid)
+    assert (handle.state, handle.last_scrub_result) == (scrubs.FREE,
+                                                        scrubs.PASSED)
+
+
+def test_a_clearing_image_the_card_does_not_run_fails_at_clear(
+        rig, glance, fake_tool, tmp_path, admin_context):  # noqa: F811
+    """The tool exits 0 but the port keeps the tenant's function: the
+    memory was not cleared; the base image is not even tried."""
+    loads = tmp_path / 'loaded-functions'
+    fake_tool('fpgaconf', extra='head -n 1 %s | cut -c5- >> %s'
+              % (tmp_path / 'fpgaconf.input', loads))
+    base_image = glance.upload_bitstream(BASE_IMAGE, **pac_image())
+    clear = glance.upload_bitstream(CLEAR_IMAGE, **pac_image(
+        function_uuid=CLEAR_FUNCTION, **{'bs-name': 'ddr-clear'}))
+    with open(rig.afu_id_file(), 'w') as f:
+        f.write(_hex(BASE_FUNCTION) + '\n')
+    rig.apply_base_image(admin_context, base_image['id'], clear['id'])
+    loads.unlink()
+    handle_uuid = released(rig, admin_context, tenant=TENANT_FUNCTION)
+
+    assert rig.scrub_pass(admin_context) == {handle_uuid: scrubs.FAILED}
+
+    assert loads.read_text().split() == [_hex(CLEAR_FUNCTION)]
+    handle = rig.handle(handle_uuid)
+    assert (handle.state, handle.last_scrub_step) == (scrubs.DIRTY, 'clear')
+    assert rig.device().health_reason.startswith('scrub failed at clear: ')
+
+
 def test_a_card_that_seems_untouched_is_loaded_again(
         rig, glance, loading_tool, admin_context):
     """The port reports the base image's function as before the bind:
@@ -445,7 +504,7 @@ def test_a_port_that_keeps_the_tenants_function_fails_at_verify(
     handle = rig.handle(handle_uuid)
     assert (handle.state, handle.last_scrub_step) == (scrubs.DIRTY,
                                                       'verify')
-    assert ('reports function %s once base image %s was loaded, not the '
+    assert ('reports function %s once image %s was loaded, not the '
             'image\'s function %s' % (_hex(TENANT_FUNCTION), image['id'],
                                       _hex(BASE_FUNCTION))) in (
         handle.last_scrub_message)
@@ -517,8 +576,10 @@ def test_the_base_image_is_what_the_devices_configuration_applied(any_db):
         _status(conn, other, playbook, {'playbook': 'x'},
                 {'playbook': 'x'}, 'applied')
 
-    assert config_status_db.applied_base_image(context, applied) == new
-    assert config_status_db.applied_base_image(context, changing) == old
+    assert config_status_db.applied_base_image(context, applied) == {
+        'bitstream_uuid': new}
+    assert config_status_db.applied_base_image(context, changing) == {
+        'bitstream_uuid': old}
     for device_id in (pending, other, bare):
         assert config_status_db.applied_base_image(context,
                                                   device_id) is None

@@ -87,10 +87,11 @@ def _shown(value):
 def _settings(kind, settings):
     """``settings`` of ``kind`` as stored; a bitstream's uuid may come in
     any form the API reads a uuid in."""
-    if (kind == kinds.FPGA_BASE_IMAGE and isinstance(settings, dict)
-            and uuids.canonical(settings.get('bitstream_uuid'))):
-        settings = dict(settings, bitstream_uuid=uuids.canonical(
-            settings['bitstream_uuid']))
+    if kind == kinds.FPGA_BASE_IMAGE and isinstance(settings, dict):
+        settings = dict(settings, **{
+            name: uuids.canonical(settings[name])
+            for name in ('bitstream_uuid', 'clear_bitstream_uuid')
+            if uuids.canonical(settings.get(name))})
     return kinds.check(kind, settings)
 
 
