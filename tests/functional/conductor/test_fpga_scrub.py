@@ -1,4 +1,5 @@
-"""An Intel PAC scrubbed between tenants: its base image loaded again.
+"""An Intel PAC scrubbed between tenants: its memory cleared by a clearing
+image, where it has one, and its base image loaded again.
 
 The rig of ``test_device_config_base_image``: the API, the conductor
 (binds, the device-configuration rollout, host syncs, the ``Scrubber``)
@@ -10,7 +11,8 @@ function that the image it was given names in its first line
 (``AFU=<id>``), as the card reports the function of the logic loaded.
 
 The conductor reads the base image from the device's configuration:
-that query runs on every engine; the rig runs on SQLite.
+that query runs on every engine, and so do a whole scrub with and
+without a clearing image; the variations run on SQLite.
 """
 
 import contextlib
@@ -46,7 +48,6 @@ from tests import glance_service
 from tests import inventory_rows
 from tests.arq_stack import ARQS
 from tests.conftest import create_schema
-from tests.conftest import database_url_on
 from tests.conftest import make_conf
 from tests.functional.api.test_device_config_policies import ADMIN
 from tests.functional.api.test_device_config_policies import POLICIES
@@ -61,7 +62,20 @@ from tests.unit.drivers.trees import sysfs
 
 glance = glance_service.glance
 glance_service = glance_service.glance_service
-database_url = database_url_on('sqlite')
+
+
+@pytest.fixture
+def database_url(request, tmp_path):
+    """SQLite, or the engine a test names (``ON_EVERY_ENGINE``): the
+    whole path of a scrub runs on each; its variations on one."""
+    url = db_servers.create_database(getattr(request, 'param', 'sqlite'),
+                                     tmp_path)
+    yield url
+    db_servers.drop_database(url)
+
+
+ON_EVERY_ENGINE = pytest.mark.parametrize('database_url', db_servers.ENGINES,
+                                          indirect=True)
 
 HOST = test_device_config_base_image.HOST
 PAC = test_device_config_base_image.PAC
@@ -274,6 +288,7 @@ def test_a_card_of_several_handles_is_not_scrubbed_by_reloading_it():
     assert driver.scrub_method(deployable) == fpga_scrub.FPGA_BASE_IMAGE
 
 
+@ON_EVERY_ENGINE
 def test_a_released_pac_gets_its_base_image_again_and_is_free(
         rig, glance, loading_tool, admin_context):
     fpgaconf = loading_tool()
@@ -313,6 +328,7 @@ CLEAR_FUNCTION = '5c4b3a29-1807-4f6e-9d5c-4b3a29180766'
 CLEAR_IMAGE = image_bytes(CLEAR_FUNCTION, 'writes every DDR bank over')
 
 
+@ON_EVERY_ENGINE
 def test_a_clearing_image_is_loaded_before_the_base_image(
         rig, glance, fake_tool, tmp_path, admin_context):  # noqa: F811
     """With ``clear_bitstream_uuid`` the scrub loads that image first (it
