@@ -481,17 +481,8 @@ class AgentManager:
         driver, device = self._device_at(controlpath_info)
         address = _address_text(device.controlpath_info)
         with self._program_lock('device-config', address):
-            try:
-                result = device_config.apply(
-                    kind, address, applied_settings, wanted_settings,
-                    self._privileged_playbook,
-                    functools.partial(self._load_base_image, driver,
-                                      device),
-                    kernel_driver=_kernel_driver(driver, address))
-            except base.DriverError as exc:
-                result = {'state': config_status.FAILED,
-                          'failed_task': 'run the playbooks',
-                          'message': str(exc), 'changed': []}
+            result = self._apply(driver, device, address, kind,
+                                 applied_settings, wanted_settings)
         LOG.info('Device %s: %s settings %s: %s%s', address, kind,
                  wanted_settings, result['state'],
                  ' at %r: %s' % (result['failed_task'], result['message'])
@@ -503,6 +494,20 @@ class AgentManager:
         # change made or removed reach the conductor first.
         self.report_inventory()
         return agent_rpcapi.CONFIG_RESULT.dump(result)
+
+    def _apply(self, driver, device, address, kind, applied, wanted):
+        """``device_config.apply`` on ``device`` of ``driver`` at
+        ``address``, under the caller's device lock: its result, a
+        failure of the privileged run included."""
+        try:
+            return device_config.apply(
+                kind, address, applied, wanted, self._privileged_playbook,
+                functools.partial(self._load_base_image, driver, device),
+                kernel_driver=_kernel_driver(driver, address))
+        except base.DriverError as exc:
+            return {'state': config_status.FAILED,
+                    'failed_task': 'run the playbooks',
+                    'message': str(exc), 'changed': []}
 
     def _restore_config(self, applied):
         """``config_restore``'s restore of one device: its applied
@@ -526,17 +531,8 @@ class AgentManager:
                 return 'unknown'
             if held:
                 return 'kept'
-            try:
-                result = device_config.apply(
-                    kind, address, settings, settings,
-                    self._privileged_playbook,
-                    functools.partial(self._load_base_image, driver,
-                                      device),
-                    kernel_driver=_kernel_driver(driver, address))
-            except base.DriverError as exc:
-                result = {'state': config_status.FAILED,
-                          'failed_task': 'run the playbooks',
-                          'message': str(exc)}
+            result = self._apply(driver, device, address, kind, settings,
+                                 settings)
         if result['state'] == config_status.APPLIED:
             return 'applied'
         why = config_restore.failure(kind, settings, '%s: %s' % (

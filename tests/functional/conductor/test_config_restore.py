@@ -30,6 +30,7 @@ from cyborg.privsep import playbook
 from tests.functional.api.test_device_config_policies import ADMIN
 from tests.functional.api.test_device_config_policies import POLICIES
 from tests.functional.conductor import test_device_config_rollout as rollout
+from tests.functional.conductor.test_reboot_restore import Watched
 from tests.functional.conductor.test_reboot_restore import wait_for
 from tests.functional.services.conftest import vhost_url  # noqa: F401
 from tests.placement_service import create_compute_node
@@ -119,23 +120,6 @@ class Kernel:
             self.write(vf, 'nvidia/creatable_vgpu_types', '\n'.join(
                 ['ID : vGPU Name'] + ['%d : %s' % t for t in offered
                                       if h100_offers]))
-
-
-class Watched:
-    """The agent's conductor client (the real one, over RPC); each
-    report first notes what the host holds."""
-
-    def __init__(self, api, look):
-        self._api = api
-        self._look = look
-        self.reports = []
-
-    def report_host_inventory(self, *args, **kwargs):
-        self.reports.append(self._look())
-        return self._api.report_host_inventory(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._api, name)
 
 
 class Host:
