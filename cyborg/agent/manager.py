@@ -256,6 +256,11 @@ class AgentManager:
             lambda driver_name, info: self._lock_of(
                 (driver_name, mdev_restore.MDEV, _address_text(info))),
             timeout=conf.agent.report_timeout)
+        # {handle uuid: the MIG instance its prepare made}: a release that
+        # names none (its bind never heard the prepare's answer) destroys
+        # that one. A handle's uuid is new at each bind, so a late
+        # release cannot reach the next bind's instance.
+        self._made_for = {}
         # The MIG instances of binds, put back before the first report.
         self.mig_restore = mig_restore.MIGRestore(
             conf.host, drivers, conductor, self._context,
@@ -299,6 +304,7 @@ class AgentManager:
                 # Not an orphan for a restore that runs after this bind.
                 self.mig_restore.made(driver_name, _pci_address(
                     handle.attach_info), made)
+                self._made_for[uuid] = made
         LOG.info('Prepared %s attach handle %s (%s) of %s for ARQ %s%s',
                  handle.attach_type, uuid, _address_text(handle.attach_info),
                  driver_name, arq_uuid, ': %s' % made if made else '')
@@ -324,8 +330,15 @@ class AgentManager:
         if details is not None:
             extra['details'] = kinds[1].load(details) if kinds else details
         with self._handle_lock(driver_name, handle):
+            if details is None and uuid in self._made_for:
+                LOG.info('Release of %s attach handle %s for ARQ %s names '
+                         'nothing: its bind never heard what was made; '
+                         'releasing what this agent made for it',
+                         handle.attach_type, uuid, arq_uuid)
+                extra['details'] = self._made_for[uuid]
             left = driver.release_attach_handle(device, handle, uuid,
                                                 **extra)
+            self._made_for.pop(uuid, None)
         LOG.info('Released %s attach handle %s (%s) of %s for ARQ %s',
                  handle.attach_type, uuid, _address_text(handle.attach_info),
                  driver_name, arq_uuid)

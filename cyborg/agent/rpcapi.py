@@ -221,11 +221,15 @@ class AgentAPI:
         kwargs = {'driver_name': driver_name,
                   'attach_handle': ATTACH_HANDLE.dump(attach_handle),
                   'arq_uuid': arq_uuid}
-        if extra is None:
-            return self._call(context, host, '1.1', method, **kwargs)
         kinds = _made_at_bind(attach_handle)
-        kwargs[extra_name] = kinds[sent].dump(extra) if kinds else extra
-        answer = self._call(context, host, REQUEST_VERSION, method, **kwargs)
+        if extra is None:
+            # A MIG release that names nothing may still destroy what the
+            # agent made for the bind: its answer is one of the kinds.
+            answer = self._call(context, host, '1.1', method, **kwargs)
+        else:
+            kwargs[extra_name] = kinds[sent].dump(extra) if kinds else extra
+            answer = self._call(context, host, REQUEST_VERSION, method,
+                                **kwargs)
         if answer is None or not kinds:
             return answer
         return kinds[answered].load(answer)

@@ -444,3 +444,32 @@ def test_refused_restores(card, address, wanted, spared, refusal):
     # Refused before NVML was asked: the instance no one named is there.
     assert card.held() == [('2g.20gb', made['start'], (made['mig_uuid'],))]
     assert card.library.calls.count('nvmlGpuInstanceDestroy') == 0
+
+
+def test_a_release_after_a_lost_prepare_answer_destroys_what_was_made(card):
+    """The conductor never heard the prepare's answer (a timeout): its
+    release names nothing, and the agent destroys the instance it made
+    for that handle's bind, not an orphan left until a restart."""
+    card.bind('2g.20gb')
+    assert len(card.held()) == 1
+
+    assert card.unbind(None) == {'creatable': EVERY_PROFILE}
+    assert card.held() == []
+    # Said again (a retry): nothing more to destroy, and nothing to name.
+    with pytest.raises(base.DriverError) as refused:
+        card.unbind(None)
+    assert 'names none' in str(refused.value)
+
+
+def test_a_release_naming_nothing_spares_another_binds_instance(card):
+    """A handle's uuid is new at each bind: a release of the first bind
+    that names nothing cannot reach the instance of a bind of another
+    handle."""
+    card.bind('1g.10gb', slot=0)
+    card.unbind(None, slot=0)
+    other = card.bind('1g.10gb', slot=1)
+    with pytest.raises(base.DriverError) as refused:
+        card.unbind(None, slot=0)
+    assert 'names none' in str(refused.value)
+    assert card.held() == [('1g.10gb', other['start'],
+                            (other['mig_uuid'],))]
