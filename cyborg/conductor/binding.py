@@ -122,6 +122,26 @@ class _InFlight:
 _IN_FLIGHT = _InFlight()
 
 
+class _CardLocks:
+    """One lock per MIG-on-demand deployable: its instances are made or
+    destroyed and its traits followed one bind or release at a time, so
+    that the agent's answers are written in the order the card gave
+    them. Without it, two binds on one card can write their
+    ``creatable`` out of order and leave Placement offering profiles
+    the card can no longer make."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._locks = {}
+
+    def __call__(self, deployable_id):
+        with self._lock:
+            return self._locks.setdefault(deployable_id, threading.Lock())
+
+
+_MIG_CARDS = _CardLocks()
+
+
 def _usable_member(deployable):
     """Whether a new bind may take a handle of this pool member."""
     return (deployable['device_status'] == 'enabled'
@@ -446,6 +466,14 @@ class Binder:
             profile = mig.profile_asked(item['group'])
         except mig.NotAMIGRequest as exc:
             raise BindRefused(str(exc))
+        with _MIG_CARDS(deployable['id']):
+            made = self._make_mig_instance_locked(context, item,
+                                                  deployable, handle,
+                                                  profile)
+        handle['attach_details'] = made
+
+    def _make_mig_instance_locked(self, context, item, deployable, handle,
+                                  profile):
         # A bind resumed after a crash finds the instance it made.
         made = db.attach_details_of(context, item['id'])
         if made is None:
@@ -471,7 +499,7 @@ class Binder:
                 raise db.BindLost(item['id'])
             self._follow_mig_traits(context, deployable,
                                     answer.get('creatable'))
-        handle['attach_details'] = made
+        return made
 
     def _follow_mig_traits(self, context, deployable, creatable):
         """The GPU's provider says what it can still create, in the
@@ -820,14 +848,15 @@ class Binder:
             return
         if not details:
             return
-        answer = self.agent.release_attach_handle(
-            context, host, driver_name, _handle_payload(handle), arq_uuid,
-            details=details)
-        self.metrics.mig_instances.labels('destroyed').inc()
         deployable = db.deployable_of_handle(context, handle['uuid'])
-        if deployable is not None and isinstance(answer, dict):
-            self._follow_mig_traits(context, deployable,
-                                    answer.get('creatable'))
+        with _MIG_CARDS(None if deployable is None else deployable['id']):
+            answer = self.agent.release_attach_handle(
+                context, host, driver_name, _handle_payload(handle),
+                arq_uuid, details=details)
+            self.metrics.mig_instances.labels('destroyed').inc()
+            if deployable is not None and isinstance(answer, dict):
+                self._follow_mig_traits(context, deployable,
+                                        answer.get('creatable'))
 
     # -- recovery (each step run by its own worker, recovery.py) ------
 

@@ -467,14 +467,18 @@ class _TreeSync:
         wrote = False
         try:
             if not _same_inventories(state.inventories, inventories):
-                self._ensure_custom(inventories,
-                                    self.client.ensure_resource_class)
+                # Classes and traits the provider holds exist already:
+                # Placement deletes none that a provider uses.
+                self._ensure_custom(
+                    set(inventories) - set(state.inventories or ()),
+                    self.client.ensure_resource_class)
                 state.generation = self.client.put_inventories(
                     state.uuid, state.generation, inventories)
                 state.inventories = inventories
                 wrote = True
             if state.traits != traits:
-                self._ensure_custom(traits, self.client.ensure_trait)
+                self._ensure_custom(set(traits) - set(state.traits or ()),
+                                    self.client.ensure_trait)
                 state.generation = self.client.put_traits(
                     state.uuid, state.generation, traits)
                 state.traits = traits

@@ -145,3 +145,49 @@ def test_an_arq_binds_by_the_profile_revision_it_was_made_from(rig):
         '1g.10gb', '1g.10gb', '2g.20gb']
     shown = rig.api.get(ARQS + '/' + new['uuid'], headers=v27).json
     assert shown['device_profile_revision'] == 2
+
+
+# The order of two binds' writes is the conductor's: one engine is enough.
+@pytest.mark.parametrize('database_url', ['sqlite'], indirect=True)
+def test_two_binds_on_one_card_leave_the_traits_of_the_last(rig,
+                                                            monkeypatch):
+    """The first bind's answer reaches Placement late (its thread held
+    after the card made its instance): the second bind, on the same card,
+    waits for it, so the traits left are those of the card with both
+    instances, not the first bind's older view."""
+    import threading
+
+    import pynvml
+
+    from cyborg.conductor import binding
+    from tests.unit.drivers import test_nvml_mig_standin as standin
+
+    entered, held = threading.Event(), threading.Event()
+    follow = binding.Binder._follow_mig_traits
+
+    def late_first(self, context, deployable, creatable):
+        if not entered.is_set():
+            entered.set()
+            held.wait(3)  # the second bind finishes meanwhile, or waits
+        return follow(self, context, deployable, creatable)
+
+    monkeypatch.setattr(binding.Binder, '_follow_mig_traits', late_first)
+    bound = {}
+    first = threading.Thread(
+        target=lambda: bound.setdefault('first', rig.bind('3g.40gb')))
+    first.start()
+    assert entered.wait(10)
+    second = threading.Thread(
+        target=lambda: bound.setdefault('second', rig.bind('4g.40gb')))
+    second.start()
+    second.join(30)
+    held.set()
+    first.join(30)
+
+    assert [bound[k]['state'] for k in ('first', 'second')] == [
+        'Bound', 'Bound']
+    gpu = pynvml.nvmlDeviceGetHandleByPciBusId(mig_host.H100)
+    creatable = sorted(name for name, count
+                       in standin.capacity(gpu).items() if count > 0)
+    assert creatable == []  # a 3g.40gb and a 4g.40gb fill the card
+    assert rig.offered() == creatable
