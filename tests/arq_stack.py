@@ -158,14 +158,16 @@ def webtest_app(conf, db, transport, notifier=None, **kwargs):
 
 @contextlib.contextmanager
 def serving_with_agent(conf, db, host, drivers, agent_timeout=10,
-                       agent_args=None, binder_args=None, notifier=None):
+                       agent_args=None, binder_args=None, notifier=None,
+                       kept=None):
     """The API under WebTest, the conductor and the agent's endpoint of
     ``host`` (running ``drivers``) on one in-process transport; the
     conductor reaches the agent over RPC (``agent_timeout``).
 
     ``agent_args`` go to the ``AgentManager`` (``glance``,
     ``request_report``), ``binder_args`` to the ``Binder`` (``notifier``),
-    ``notifier`` to the API. Yields the app.
+    ``notifier`` to the API; ``kept`` (a dict) gets the ``binder``.
+    Yields the app.
     """
     with fake_transport(conf) as transport:
         agent = agent_manager.AgentManager(
@@ -175,10 +177,13 @@ def serving_with_agent(conf, db, host, drivers, agent_timeout=10,
                                       [agent])
         agent_server.start()
         try:
-            with serving_conductor(transport, db, binder(
-                    conf, agent_rpcapi.AgentAPI(transport,
-                                                timeout=agent_timeout),
-                    **(binder_args or {}))):
+            the_binder = binder(
+                conf, agent_rpcapi.AgentAPI(transport,
+                                            timeout=agent_timeout),
+                **(binder_args or {}))
+            if kept is not None:
+                kept['binder'] = the_binder
+            with serving_conductor(transport, db, the_binder):
                 yield webtest_app(conf, db, transport, notifier=notifier)
         finally:
             agent_server.stop()

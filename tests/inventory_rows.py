@@ -107,7 +107,7 @@ def _add_device(conn, hostname, device, now):
         for key, value in deployable.attributes.items():
             attributes[key], _ = _insert(
                 conn, models.Attribute, deployable_id=dep_id, key=key,
-                value=value, created_at=now)
+                value=value, origin='driver', created_at=now)
         deployables[deployable.name] = StoredDeployable(
             dep_uuid, dep_id, root_id, attributes)
     return StoredDevice(device_uuid, device_id, deployables)

@@ -296,6 +296,16 @@ class PlacementClient:
         and ``consumer_type``."""
         return self._get('/allocations/%s' % consumer_uuid)
 
+    def put_allocations(self, consumer_uuid, allocations, generation,
+                        project_id, user_id, consumer_type):
+        """Replace a consumer's allocations, if its generation is still
+        ``generation``: raises GenerationConflict when it is not, and
+        Conflict when a provider lacks the room."""
+        self._request('PUT', '/allocations/%s' % consumer_uuid, {
+            'allocations': allocations, 'consumer_generation': generation,
+            'project_id': project_id, 'user_id': user_id,
+            'consumer_type': consumer_type}, expected=(204,))
+
     def reshape(self, inventories, allocations):
         """Replace inventories and the allocations of whole consumers in
         one transaction (``POST /reshaper``)."""

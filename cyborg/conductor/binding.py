@@ -48,9 +48,11 @@ from cyborg import exception
 from cyborg import service
 from cyborg import states
 from cyborg.accelerator.drivers.gpu import mig_nvml
+from cyborg.clients import placement as placement_client
 from cyborg.conductor import bitstreams
 from cyborg.conductor import membership as membership_module
 from cyborg.conductor import mig
+from cyborg.conductor import mig_move
 from cyborg.db import models
 from cyborg.db.api import arqs as db
 from cyborg.db.api import device_config_status as config_db
@@ -444,7 +446,8 @@ class Binder:
             if before is not None:
                 before()
             if handle['attach_type'] == MIG:
-                self._make_mig_instance(context, item, deployable, handle)
+                deployable, handle = self._make_mig_instance(
+                    context, item, deployable, handle)
             elif handle['attach_type'] in db.PREPARED_ON_HOST:
                 self.agent.prepare_attach_handle(
                     context, deployable['hostname'],
@@ -456,38 +459,148 @@ class Binder:
                                       deployable['driver_name'], handle,
                                       item['uuid'])
             raise
+        return deployable, handle
 
     def _make_mig_instance(self, context, item, deployable, handle):
         """Have the agent make the MIG instance the ARQ asks for, keep
         its identity on the ARQ (``handle['attach_details']`` too, for a
         release), and have Placement follow what the GPU can still
-        create."""
+        create. A GPU that refuses (too fragmented) hands the request to
+        another GPU of the host that can place it (``mig_move``).
+        Returns the deployable and handle the instance was made on."""
         try:
             profile = mig.profile_asked(item['group'])
         except mig.NotAMIGRequest as exc:
             raise BindRefused(str(exc))
-        with _MIG_CARDS(deployable['id']):
-            made = self._make_mig_instance_locked(context, item,
-                                                  deployable, handle,
-                                                  profile)
+        if item.get('attach_handle_id') is not None:
+            # Resumed: its move may be in Placement and not yet here.
+            deployable, handle = self._follow_moved(context, item,
+                                                    deployable, handle)
+        first = handle
+        tried = set()
+        while True:
+            tried.add(deployable['id'])
+            try:
+                with _MIG_CARDS(deployable['id']):
+                    made = self._make_mig_instance_locked(
+                        context, item, deployable, handle, profile)
+                break
+            except mig_nvml.MIGRefused as refusal:
+                moved = self._move_mig_request(context, item, deployable,
+                                               handle, profile, tried)
+                if moved is None:
+                    self.metrics.mig_instances.labels('refused').inc()
+                    if len(tried) > 1:
+                        raise mig_nvml.MIGRefused(
+                            '%s Neither could %d other GPUs of %s.' % (
+                                refusal.message, len(tried) - 1,
+                                deployable['hostname'])) from refusal
+                    raise
+                deployable, handle = moved
+            except Exception:
+                if handle is not first:
+                    # The caller releases the handle it gave.
+                    self._release_quietly(context, deployable['hostname'],
+                                          deployable['driver_name'], handle,
+                                          item['uuid'])
+                raise
         handle['attach_details'] = made
+        return deployable, handle
+
+    def _placement(self):
+        return self.sync.client if self.sync is not None else None
+
+    def _mig_cards(self, context, deployable, profile, tried):
+        """The other usable GPUs of the host that say they can place
+        ``profile`` now, fullest first (their traits list fewer
+        profiles): larger holes are kept for larger profiles."""
+        trait = mig.profile_trait(profile)
+        cards = [card for card in db.mig_cards_of_host(
+                     context, deployable['hostname'])
+                 if card['id'] not in tried and _usable_member(card)
+                 and card['driver_name'] == deployable['driver_name']
+                 and trait in (card['traits'] or ())]
+        return sorted(cards, key=lambda card: (
+            sum(1 for t in card['traits'] if t.startswith(mig.TRAIT_PREFIX)),
+            card['id']))
+
+    def _move_mig_request(self, context, item, deployable, handle, profile,
+                          tried):
+        """Move the request to the first other GPU of the host whose
+        provider Placement gives the room: ``(deployable, handle)`` of
+        that GPU, or None when no GPU takes it (or moves are off)."""
+        placement = self._placement()
+        if placement is None or not self.conf.conductor.mig_move_on_refusal:
+            return None
+        resources = mig_move.group_resources(item['group'])
+        for card in self._mig_cards(context, deployable, profile, tried):
+            tried.add(card['id'])
+            try:
+                mig_move.move(placement, item['instance_uuid'], resources,
+                              item['device_rp_uuid'], card['rp_uuid'])
+            except mig_move.NoRoom as exc:
+                LOG.info('ARQ %s: Placement gives %s no room for %s: %s',
+                         item['uuid'], card['name'], profile, exc)
+                continue
+            except (ValueError, placement_client.PlacementError) as exc:
+                LOG.warning('ARQ %s: its allocation could not be moved to '
+                            '%s: %s', item['uuid'], card['name'], exc)
+                return None
+            new = db.move_bind(context, item['id'], handle['id'],
+                               card['id'], card['rp_uuid'])
+            if new is None:
+                # Placement had room the database has no handle for: the
+                # allocation goes back where the ARQ still is.
+                mig_move.move(placement, item['instance_uuid'], resources,
+                              card['rp_uuid'], item['device_rp_uuid'])
+                continue
+            LOG.info('ARQ %s: %s is too fragmented for %s; moved to %s of '
+                     'the same host', item['uuid'], deployable['name'],
+                     profile, card['name'])
+            self.metrics.mig_instances.labels('moved').inc()
+            item['device_rp_uuid'] = card['rp_uuid']
+            return card, new
+        return None
+
+    def _follow_moved(self, context, item, deployable, handle):
+        """A bind resumed after its conductor died between a move's
+        Placement write and its database write: the ARQ follows the
+        allocation."""
+        placement = self._placement()
+        if placement is None:
+            return deployable, handle
+        cards = {card['rp_uuid']: card for card in db.mig_cards_of_host(
+            context, deployable['hostname'])}
+        allocations = placement.get_allocations(
+            item['instance_uuid']).get('allocations') or {}
+        rp = mig_move.placed_on(
+            allocations, db.instance_requests(context, item['instance_uuid']),
+            item, list(cards))
+        if rp == item['device_rp_uuid'] or handle.get('attach_details'):
+            return deployable, handle
+        new = db.move_bind(context, item['id'], handle['id'], cards[rp]['id'],
+                           rp)
+        if new is None:
+            raise BindRefused('The allocation of ARQ %s was moved to %s, '
+                              'which has no free attach handle.'
+                              % (item['uuid'], cards[rp]['name']))
+        LOG.info('ARQ %s follows its allocation, moved to %s before a '
+                 'restart', item['uuid'], cards[rp]['name'])
+        item['device_rp_uuid'] = rp
+        return cards[rp], new
 
     def _make_mig_instance_locked(self, context, item, deployable, handle,
                                   profile):
         # A bind resumed after a crash finds the instance it made.
         made = db.attach_details_of(context, item['id'])
         if made is None:
-            try:
-                answer = self.agent.prepare_attach_handle(
-                    context, deployable['hostname'],
-                    deployable['driver_name'], _handle_payload(handle),
-                    item['uuid'], request={
-                        'mig_profile': profile,
-                        'placement_rule':
-                            self.conf.conductor.mig_placement_rule})
-            except mig_nvml.MIGRefused:
-                self.metrics.mig_instances.labels('refused').inc()
-                raise
+            answer = self.agent.prepare_attach_handle(
+                context, deployable['hostname'],
+                deployable['driver_name'], _handle_payload(handle),
+                item['uuid'], request={
+                    'mig_profile': profile,
+                    'placement_rule':
+                        self.conf.conductor.mig_placement_rule})
             self.metrics.mig_instances.labels('created').inc()
             try:
                 made = mig.kept_details(answer)

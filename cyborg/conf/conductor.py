@@ -23,6 +23,16 @@ opts = [
                help='Where the agent creates a MIG instance made on demand, '
                     'among the start slots its profile may take on the '
                     'GPU.'),
+    cfg.BoolOpt('mig_move_on_refusal',
+                default=True,
+                help='When the GPU Placement chose for a MIG instance made '
+                     'on demand cannot place it (its free slices lie at no '
+                     'start the profile may take), move the request to '
+                     'another GPU of the same host that can: the '
+                     'instance\'s allocation of those slices moves in '
+                     'Placement (which checks the room), then the bind. '
+                     'Off: such a bind fails, and Nova puts the instance '
+                     'in ERROR.'),
     cfg.IntOpt('bind_timeout',
                default=330,
                min=5,

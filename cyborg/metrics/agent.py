@@ -14,6 +14,11 @@
 - the GPU series of ``gpu.py`` for each GPU NVML identified.
 - ``cyborg_device_binding``: 1 per accelerator request bound to a device
   (``instance_uuid``, ``project_id``), for joins.
+- ``cyborg_mig_free_slices``: for each GPU whose MIG instances are made
+  on demand, its free ``compute`` and ``memory`` slices and ``media``
+  engines (``kind``), read from NVML at the scrape. Free slices are not
+  what can be made: a fragmented card has free slices at no start a
+  profile may take (the provider's traits say what can be made).
 
 A device bound to instances carries ``instance_uuid`` and ``project_id``
 on its series; a device shared by several (vGPUs of one GPU) carries
@@ -26,6 +31,9 @@ from prometheus_client import core
 
 from cyborg.accelerator.drivers import health
 from cyborg.metrics import gpu
+
+# What ``mig_free_slices`` counts, in its order.
+MIG_SLICE_KINDS = ('compute', 'memory', 'media')
 
 
 def _binding_labels(bound):
@@ -109,4 +117,21 @@ class AgentCollector:
                     'Hostname': self.hostname, 'address': address,
                     'instance_uuid': str(binding.get('instance_uuid') or ''),
                     'project_id': str(binding.get('project_id') or '')}, 1)
-        return [state, observed, bound, *gpu.families(gpus)]
+        return [state, observed, bound, *gpu.families(gpus),
+                self._mig_free(manager)]
+
+    def _mig_free(self, manager):
+        family = core.GaugeMetricFamily(
+            'cyborg_mig_free_slices', 'Free slices of a GPU whose MIG '
+            'instances are made on demand, by kind (compute, memory, '
+            'media), as NVML holds them now.')
+        for driver in getattr(manager, 'drivers', None) or ():
+            read = getattr(driver, 'mig_free_slices', None)
+            if read is None:
+                continue
+            for address, counts in read().items():
+                for kind, count in zip(MIG_SLICE_KINDS, counts, strict=True):
+                    family.add_sample('cyborg_mig_free_slices', {
+                        'Hostname': self.hostname, 'address': address,
+                        'kind': kind}, count)
+        return family

@@ -29,7 +29,7 @@ RECOVERY_WORKERS = ('bind-takeover', 'overdue-binds', 'deletions',
                     'nova-events')
 RUN_OUTCOMES = ('ok', 'database_down', 'error')
 PLACEMENT_METHODS = ('GET', 'POST', 'PUT', 'DELETE')
-MIG_OUTCOMES = ('created', 'destroyed', 'refused')
+MIG_OUTCOMES = ('created', 'destroyed', 'moved', 'refused')
 SCRUB_RESULTS = ('passed', 'failed')
 
 # A report is a diff and a Placement sync: milliseconds to a minute.
@@ -87,7 +87,8 @@ class ConductorMetrics:
         self.mig_instances = prometheus_client.Counter(
             'cyborg_conductor_mig_instances', 'MIG instances made on '
             'demand that this conductor asked agents for, by outcome: '
-            'created, destroyed, or refused by the card.', ['outcome'],
+            'created, destroyed, moved (its GPU refused it, another GPU '
+            'of the host took it) or refused (the bind failed).', ['outcome'],
             **on)
         for outcome in MIG_OUTCOMES:
             self.mig_instances.labels(outcome)

@@ -57,16 +57,19 @@ instance departs (uncounted), and the host is checked empty in NVML and
 in Placement.
 
 Printed per mix, load, boots and rule: counted requests, placed, refused
-by Placement (% of requests), refused by the card (% of those Placement
-accepted), on the best-fit row the ratio of all refusals best-fit /
-lowest-slot, and the time from the bind's PATCH to Nova's event (p50,
-p99, in ms, wall clock of this process on this machine, the stand-in
-creating at once). A real H100 takes about 1.5 s to create a GPU
-instance and 1 s to destroy one, and one card makes its instances one
-at a time: the last two columns estimate the same times with real
-cards, adding 1.5 s per creation queued on the bind's card in its batch,
-the bind itself included (destructions happen between batches here and
-are not added). Totals per boots and rule follow, then the figures the
+by Placement (% of requests), refused by the card (the bind failed, % of
+those Placement accepted), moved (refused by the card Placement chose,
+bound on another card of the host: ``[conductor] mig_move_on_refusal``,
+off with ``--no-moves``; % of those accepted), on the best-fit row the
+ratio of all refusals best-fit / lowest-slot, and the time from the
+bind's PATCH to Nova's event (p50, p99, in ms, wall clock of this
+process on this machine, the stand-in creating at once). A real H100
+takes about 1.5 s to create a GPU instance and 1 s to destroy one, and
+one card makes its instances one at a time: the last two columns
+estimate the same times with real cards, adding 1.5 s per creation
+queued on the card the bind ended on in its batch, the bind itself
+included (destructions happen between batches here and are not added).
+Totals per boots and rule follow, then the figures the
 design aims at and the run time.
 
 On two shared cores a request costs about 0.2 s one boot at a time and
@@ -154,17 +157,6 @@ def gpu_addresses(cards):
     if not 0 < cards <= 9:
         raise ValueError('1 to 9 cards')
     return ['0000:%02x:00.0' % (0x12 + 0x0c * i) for i in range(cards)]
-
-
-def host_functions(addresses):
-    """The recorded H100, moved to each address behind a port of its own."""
-    functions = []
-    for address in addresses:
-        bus = int(address.split(':')[1], 16)
-        port = hosts.root_port('0000:%02x:00.0' % (bus - 1))
-        functions += [port, dataclasses.replace(hosts.H100, bdf=address,
-                                                parent=port.bdf)]
-    return functions
 
 
 def profile_groups(name):
@@ -302,7 +294,7 @@ def host_stack(directory, cards):
         stack.callback(placement.stop)
 
         root = _directory(directory, 'host')
-        sysfs.build(str(root), host_functions(addresses))
+        sysfs.build(str(root), hosts.h100s(addresses))
         library = nvml_mig_standin.MIGCapableNVML(
             recorded.recording('h100-vm', 'nvml-record.jsonl'))
         for address in addresses:
@@ -374,6 +366,7 @@ class NovaBoots:
         self.conflicts = 0  # claims Placement refused
 
     def _placement(self, method, url, expect, **kw):
+        retried = False
         for _attempt in range(SQLITE_RETRIES):
             response = getattr(self.stack.placement, method)(
                 url, microversion=PV, raise_exc=False, **kw)
@@ -382,6 +375,11 @@ class NovaBoots:
             if not (response.status_code == 500
                     and 'database is locked' in response.text):
                 break
+            retried = True
+        if retried and method == 'delete' and response.status_code == 404:
+            # The failed attempt removed the allocations and failed on
+            # removing the consumer, which Placement does apart.
+            return response
         if response.status_code not in expect:
             raise AssertionError('%s %s: %d %s' % (
                 method.upper(), url, response.status_code, response.text))
@@ -410,7 +408,8 @@ class NovaBoots:
         return None
 
     def bind(self, instance, name, rp):
-        """(state, seconds from the PATCH to Nova's event)."""
+        """(state, seconds from the PATCH to Nova's event, the provider
+        the ARQ ended on: another GPU's when its own refused)."""
         api = self.stack.api
         arq, = api.post_json(ARQS, {
             'device_profile_name': 'mig-' + name}).json['arqs']
@@ -419,10 +418,11 @@ class NovaBoots:
         api.patch_json(ARQS, arq_stack.bind_body([arq], rp, instance, HOST))
         arrived, status = self.stack.nova.wait(instance)
         if status != 'completed':
-            return 'BindFailed', arrived - started
+            return 'BindFailed', arrived - started, rp
         # Nova reads the resolved ARQs once every event is in.
         resolved, = arq_stack.wait_resolved(api, instance)
-        return resolved['state'], arrived - started
+        return (resolved['state'], arrived - started,
+                resolved['device_rp_uuid'])
 
     def delete(self, instance):
         self.stack.api.delete(ARQS, {'instance': instance})
@@ -435,6 +435,7 @@ class Row:
     placed: int = 0
     placement: int = 0  # refused by Placement
     card: int = 0  # accepted by Placement, refused by the card
+    moved: int = 0  # refused by its card, bound on another of the host
     seconds: list = dataclasses.field(default_factory=list)
     estimated: list = dataclasses.field(default_factory=list)
     conflicts: int = 0
@@ -482,8 +483,8 @@ def churn(stack, nova, requests, warm, boots, row):
             claimed.append((index, instance, name, lifetime, rp))
         results = _bind_all(nova, claimed)
         estimate = _with_real_cards(stack, claimed, results)
-        for i, (index, instance, _, lifetime, _) in enumerate(claimed):
-            state, seconds = results[i]
+        for i, (index, instance, _, lifetime, rp) in enumerate(claimed):
+            state, seconds, ended_on = results[i]
             if state == 'Bound':
                 heapq.heappush(ends, (now + lifetime, next(serial),
                                       instance))
@@ -496,6 +497,7 @@ def churn(stack, nova, requests, warm, boots, row):
             if counted[index]:
                 row.placed += state == 'Bound'
                 row.card += state == 'BindFailed'
+                row.moved += state == 'Bound' and ended_on != rp
                 row.seconds.append(seconds)
                 row.estimated.append(estimate[i])
         row.requests += sum(counted)
@@ -510,7 +512,7 @@ def _with_real_cards(stack, claimed, results):
     queued = {}  # GPU address -> instances made there in this batch
     estimate = {}
     for seconds, i in sorted((results[i][1], i) for i in range(len(claimed))):
-        address = stack.providers[claimed[i][4]]
+        address = stack.providers[results[i][2]]
         if results[i][0] == 'Bound':
             queued[address] = queued.get(address, 0) + 1
         estimate[i] = seconds + REAL_CREATE_SECONDS * queued.get(address, 0)
@@ -564,6 +566,8 @@ def check_empty(stack):
 
 def run_row(stack, mix, load, boots, rule, args):
     stack.conf.set_override('mig_placement_rule', rule, group='conductor')
+    stack.conf.set_override('mig_move_on_refusal', not args.no_moves,
+                            group='conductor')
     warm, requests = arrivals(mix, load, args.cards, args.requests,
                               args.warmup, args.seed)
     nova = NovaBoots(stack, random.Random('%s/pick' % args.seed))
@@ -601,7 +605,7 @@ def quantiles(samples, scale):
 
 
 HEADER = ('mix', 'load', 'boots', 'rule', 'requests', 'placed',
-          'refused-placement%', 'refused-card%', 'refusals-bf/ls',
+          'refused-placement%', 'refused-card%', 'moved%', 'refusals-bf/ls',
           'event-p50-ms', 'event-p99-ms', 'real-p50-s', 'real-p99-s')
 
 
@@ -610,7 +614,8 @@ def cells(mix, load, boots, rule, row, ratio):
     return (mix, load, str(boots), rule,
             str(row.requests), str(row.placed),
             '%.2f' % percent(row.placement, row.requests),
-            '%.2f' % percent(row.card, accepted), ratio,
+            '%.2f' % percent(row.card, accepted),
+            '%.2f' % percent(row.moved, accepted), ratio,
             *quantiles(row.seconds, (1000, 1)),
             *quantiles(row.estimated, (1, 2)))
 
@@ -661,6 +666,7 @@ def summed(rows, rule='all', boots='all'):
             total.placed += row.placed
             total.placement += row.placement
             total.card += row.card
+            total.moved += row.moved
             total.seconds += row.seconds
             total.estimated += row.estimated
     return total
@@ -722,6 +728,10 @@ def parse_args(argv):
     parser.add_argument('--loads', default='0.7,0.9',
                         help='offered loads, fractions of compute slices')
     parser.add_argument('--rules', default=','.join(RULES))
+    parser.add_argument('--no-moves', action='store_true',
+                        help='[conductor] mig_move_on_refusal off: a bind '
+                        'its card refuses fails instead of moving to '
+                        'another card of the host')
     parser.add_argument('--log-level', default='ERROR',
                         help='of the services\' logs on stderr (the '
                         'refusals are WARNING; default ERROR)')
@@ -757,8 +767,11 @@ def main(argv=None, out=None):
     print('%d x %s on one host, MIG instances on demand through the API, '
           'conductor, agent and a real Placement (NVML stand-in); seed %s; '
           '%d counted requests per row after %g mean lifetimes of warm-up; '
-          'card refusals in %% of the requests Placement accepted'
-          % (args.cards, CARD.name, args.seed, args.requests, args.warmup),
+          'card refusals (binds failed) and moves (refused by their card, '
+          'bound on another of the host) in %% of the requests Placement '
+          'accepted; moves %s'
+          % (args.cards, CARD.name, args.seed, args.requests, args.warmup,
+             'off' if args.no_moves else 'on'),
           file=stream, flush=True)
     with tempfile.TemporaryDirectory(prefix='mig-churn-') as directory, \
             host_stack(directory, args.cards) as stack:

@@ -779,29 +779,36 @@ def allocate_attach_handle(context, arq_id, deployable_ids):
             raise BindLost(arq_id)
         if arq.attach_handle_id is not None:
             return _handle(session, arq.attach_handle_id)
-        free = [dict(r._mapping) for r in session.execute(
-            sa.select(*_HANDLE_COLUMNS).where(
-                Handle.deployable_id.in_(deployable_ids),
-                Handle.in_use == sa.false()).order_by(Handle.id).limit(
-                _HANDLE_CANDIDATES))]
-        # Contenders start at different handles instead of queueing on
-        # the first one.
-        random.shuffle(free)
-        for handle in free:
-            if handle['attach_type'] in PREPARED_ON_HOST:
-                handle['uuid'] = str(uuidlib.uuid4())
-            taken = session.execute(
-                sa.update(Handle).where(
-                    Handle.id == handle['id'], Handle.in_use == sa.false()
-                ).values(in_use=True, state=scrubs.IN_USE,
-                         uuid=handle['uuid']))
-            if taken.rowcount == 1:
-                session.execute(
-                    sa.update(ARQ).where(ARQ.id == arq_id).values(
-                        attach_handle_id=handle['id'],
-                        deployable_id=handle['deployable_id']))
-                return handle
-        return None
+        handle = _take_free_handle(session, deployable_ids)
+        if handle is not None:
+            session.execute(
+                sa.update(ARQ).where(ARQ.id == arq_id).values(
+                    attach_handle_id=handle['id'],
+                    deployable_id=handle['deployable_id']))
+        return handle
+
+
+def _take_free_handle(session, deployable_ids):
+    """Mark a free handle of ``deployable_ids`` in use, as a dict (a new
+    UUID for one prepared on the host); None if none is free."""
+    free = [dict(r._mapping) for r in session.execute(
+        sa.select(*_HANDLE_COLUMNS).where(
+            Handle.deployable_id.in_(deployable_ids),
+            Handle.in_use == sa.false()).order_by(Handle.id).limit(
+            _HANDLE_CANDIDATES))]
+    # Contenders start at different handles instead of queueing on the
+    # first one.
+    random.shuffle(free)
+    for handle in free:
+        if handle['attach_type'] in PREPARED_ON_HOST:
+            handle['uuid'] = str(uuidlib.uuid4())
+        taken = session.execute(
+            sa.update(Handle).where(
+                Handle.id == handle['id'], Handle.in_use == sa.false()
+            ).values(in_use=True, state=scrubs.IN_USE, uuid=handle['uuid']))
+        if taken.rowcount == 1:
+            return handle
+    return None
 
 
 @_retry_on_deadlock
@@ -1281,3 +1288,53 @@ def stale_deletions(context, older_than_seconds):
                 ARQ.state == states.DELETING,
                 sa.func.coalesce(ARQ.updated_at, ARQ.created_at) < cutoff)
         ).scalars())
+
+
+# -- MIG binds moved to another GPU of their host ---------------------------
+
+def mig_cards_of_host(context, hostname):
+    """The deployables of ``hostname`` whose MIG instances are made on
+    demand (those with MIG attach handles), with their device, provider
+    and traits, by id."""
+    has_mig = sa.exists().where(Handle.deployable_id == Deployable.id,
+                                Handle.attach_type == 'MIG')
+    with context.db.reader(context) as session:
+        rows = session.execute(
+            _binding_query(sa.and_(Device.hostname == hostname, has_mig))
+            .add_columns(Deployable.rp_uuid, Deployable.traits)).all()
+    return [dict(row._mapping) for row in rows]
+
+
+def instance_requests(context, instance_uuid):
+    """The ARQs of ``instance_uuid`` being bound or bound, as bind work
+    (their provider and group): what its allocation must hold."""
+    with context.db.reader(context) as session:
+        return _bind_work(session, sa.and_(
+            ARQ.instance_uuid == instance_uuid,
+            ARQ.state.in_([states.BIND_STARTED, states.BOUND])))
+
+
+@_retry_on_deadlock
+def move_bind(context, arq_id, handle_id, deployable_id, rp_uuid):
+    """Move ARQ ``arq_id``, being bound with attach handle ``handle_id``
+    and nothing made for it yet, to a free handle of deployable
+    ``deployable_id`` behind provider ``rp_uuid``: its allocation was
+    moved there. The new handle (as ``allocate_attach_handle`` gives
+    it), or None when that deployable has none free. Raises BindLost if
+    the ARQ left BindStarted, or holds another handle, meanwhile."""
+    with context.db.writer(context) as session:
+        arq = session.execute(
+            sa.select(ARQ.state, ARQ.attach_handle_id, ARQ.attach_details)
+            .where(ARQ.id == arq_id).with_for_update()).one_or_none()
+        if (arq is None or arq.state != states.BIND_STARTED
+                or arq.attach_handle_id != handle_id
+                or arq.attach_details is not None):
+            raise BindLost(arq_id)
+        handle = _take_free_handle(session, [deployable_id])
+        if handle is None:
+            return None
+        _free_handles(session, [handle_id])
+        session.execute(sa.update(ARQ).where(ARQ.id == arq_id).values(
+            attach_handle_id=handle['id'], deployable_id=deployable_id,
+            device_rp_uuid=rp_uuid))
+        return handle

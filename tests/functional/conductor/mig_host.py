@@ -26,21 +26,24 @@ H100 = hosts.H100.bdf
 
 @contextlib.contextmanager
 def mig_host(conf, db, tmp_path, monkeypatch, admin_context, privileged_on,
-             mig_nvml, placement, slices):
+             mig_nvml, placement, slices, addresses=None):
     """The host, synced. ``slices`` is {MIG profile: (compute slices,
-    memory slices)} of the device profiles ``mig-<profile>`` to make.
-    Yields ``root``, ``library`` (the stand-in), ``driver``, ``client``
-    (Placement's), ``sync`` (the ``HostSync``) and ``rp`` (the slices'
-    provider)."""
+    memory slices)} of the device profiles ``mig-<profile>`` to make;
+    ``addresses``, H100s at those addresses instead of the recorded
+    host's. Yields ``root``, ``library`` (the stand-in), ``driver``,
+    ``client`` (Placement's), ``sync`` (the ``HostSync``), ``rp`` (the
+    slices' provider of the first GPU) and ``rps`` (each GPU's, by
+    address)."""
     root = tmp_path / 'host'
     library = drivers_conftest.h100_on_demand_host(
-        root, monkeypatch, privileged_on, mig_nvml)
+        root, monkeypatch, privileged_on, mig_nvml, addresses)
+    addresses = list(addresses or [H100])
     daemon = checks.daemon_conf()
-    daemon.set_override('mig_on_demand_addresses', [H100],
+    daemon.set_override('mig_on_demand_addresses', addresses,
                         group='gpu_devices')
     try:
         conf.set_override('host', HOST)
-        conf.set_override('mig_on_demand_addresses', [H100],
+        conf.set_override('mig_on_demand_addresses', addresses,
                           group='gpu_devices')
         driver = nvidia.NvidiaGPUDriver(conf, pci.PCIReader(str(root)))
         inventory_rows.add_host(db.engine, HOST, driver.discover())
@@ -54,10 +57,11 @@ def mig_host(conf, db, tmp_path, monkeypatch, admin_context, privileged_on,
                 'resources:CUSTOM_MIG_MEMORY_SLICE': str(memory),
                 'trait:CUSTOM_MIG_PROFILE_%s' % profile.upper().replace(
                     '.', '_'): 'required'}])
+        rps = {address: placement_sync.provider_uuid(
+            '%s_migs_%s' % (HOST, address)) for address in addresses}
         yield types.SimpleNamespace(
             root=root, library=library, driver=driver, client=client,
-            sync=sync, rp=placement_sync.provider_uuid(
-                '%s_migs_%s' % (HOST, H100)))
+            sync=sync, rp=rps[addresses[0]], rps=rps)
     finally:
         daemon.clear_override('mig_on_demand_addresses', group='gpu_devices')
 

@@ -10,11 +10,14 @@ traits must say, after every bind and unbind, which profiles the card
 can still create.
 """
 
+import types
 import uuid
 
+import prometheus_client
 import pytest
 
 from cyborg.conductor import mig
+from cyborg.metrics import agent as agent_metrics
 from cyborg.metrics import conductor as conductor_metrics
 from tests import arq_stack
 from tests.arq_stack import ARQS
@@ -30,10 +33,21 @@ SLICES = {'1g.10gb': (1, 1), '3g.40gb': (3, 4), '4g.40gb': (4, 4),
 
 class Rig(mig_host.Tenant):
 
-    def __init__(self, api, library, placement_client, rp, metrics):
+    def __init__(self, api, library, placement_client, rp, metrics,
+                 driver):
         super().__init__(api, library, rp)
         self.placement = placement_client
         self.metrics = metrics
+        self.driver = driver
+
+    def free_slices(self):
+        """{kind: free slices} of the GPU in the agent's metrics."""
+        registry = prometheus_client.CollectorRegistry()
+        registry.register(agent_metrics.AgentCollector(
+            HOST, lambda: types.SimpleNamespace(drivers=[self.driver])))
+        return {kind: registry.get_sample_value('cyborg_mig_free_slices', {
+            'Hostname': HOST, 'address': mig_host.H100, 'kind': kind})
+            for kind in agent_metrics.MIG_SLICE_KINDS}
 
     def counted(self):
         """{outcome: MIG instances the conductor counted}."""
@@ -58,12 +72,14 @@ def rig(conf, db, tmp_path, monkeypatch, admin_context, privileged_on,
                            SLICES) as host, arq_stack.serving_with_agent(
             conf, db, HOST, [host.driver], agent_args={'glance': None},
             binder_args={'sync': host.sync, 'metrics': metrics}) as api:
-        yield Rig(api, host.library, host.client, host.rp, metrics)
+        yield Rig(api, host.library, host.client, host.rp, metrics,
+                  host.driver)
 
 
 def test_each_bind_gets_its_own_instance_and_the_traits_follow(rig):
     assert rig.offered() == ['1g.10gb', '1g.10gb+me', '1g.20gb', '2g.20gb',
                              '3g.40gb', '4g.40gb', '7g.80gb']
+    assert rig.free_slices() == {'compute': 7, 'memory': 8, 'media': 1}
 
     big = rig.bind('3g.40gb')
 
@@ -76,6 +92,7 @@ def test_each_bind_gets_its_own_instance_and_the_traits_follow(rig):
     assert rig.held()[info['mig_uuid']] == ('3g.40gb', 4)
     assert '7g.80gb' not in rig.offered()
     assert '4g.40gb' in rig.offered()
+    assert rig.free_slices() == {'compute': 4, 'memory': 4, 'media': 1}
 
     small = [rig.bind('1g.10gb') for _ in range(4)]
 
@@ -86,6 +103,7 @@ def test_each_bind_gets_its_own_instance_and_the_traits_follow(rig):
         0, 1, 2, 3]
     # The card is full: Placement offers nothing more.
     assert rig.offered() == []
+    assert rig.free_slices() == {'compute': 0, 'memory': 0, 'media': 1}
 
     freed = rig.unbind(big)
 
@@ -94,7 +112,8 @@ def test_each_bind_gets_its_own_instance_and_the_traits_follow(rig):
     assert len(rig.held()) == 4
     assert rig.offered() == ['1g.10gb', '1g.10gb+me', '1g.20gb', '2g.20gb',
                              '3g.40gb']
-    assert rig.counted() == {'created': 5, 'destroyed': 1, 'refused': 0}
+    assert rig.counted() == {'created': 5, 'destroyed': 1, 'moved': 0,
+                             'refused': 0}
 
 
 # The refusal is the card's: one engine is enough.
@@ -111,7 +130,8 @@ def test_a_bind_the_card_cannot_place_fails_with_that_reason(rig):
 
     assert refused['state'] == 'BindFailed'
     assert len(rig.held()) == 1
-    assert rig.counted() == {'created': 1, 'destroyed': 0, 'refused': 1}
+    assert rig.counted() == {'created': 1, 'destroyed': 0, 'moved': 0,
+                             'refused': 1}
 
 
 def test_an_arq_binds_by_the_profile_revision_it_was_made_from(rig):

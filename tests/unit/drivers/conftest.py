@@ -178,16 +178,22 @@ def mig_nvml(monkeypatch):
     return install
 
 
-def h100_on_demand_host(root, monkeypatch, privileged_on, mig_nvml):
-    """The recorded H100 host's GPU (and its bridge) written at ``root``,
+def h100_on_demand_host(root, monkeypatch, privileged_on, mig_nvml,
+                        addresses=None):
+    """The recorded H100 host's GPU (and its bridge) written at ``root``
+    (or the recorded H100 at each of ``addresses``, ``hosts.h100s``),
     the stand-in serving it with its MIG behaviour, and the agent's
     privileged calls running in the test process on that tree, with no
     card an earlier test's daemon knew. Returns the stand-in."""
     from cyborg.privsep import mig as privsep_mig
 
-    sysfs.build(root, [f for f in hosts.H100_HOST
-                       if f.bdf in {hosts.H100.bdf, hosts.H100.parent}])
-    library = mig_nvml(hosts.H100.bdf)
+    if addresses is None:
+        sysfs.build(root, [f for f in hosts.H100_HOST
+                           if f.bdf in {hosts.H100.bdf, hosts.H100.parent}])
+        addresses = [hosts.H100.bdf]
+    else:
+        sysfs.build(root, hosts.h100s(addresses))
+    library = mig_nvml(*addresses)
     privileged_on(str(root))
     monkeypatch.setattr(privsep_mig, '_cards', {})
     return library

@@ -124,6 +124,9 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
         super().__init__(conf, pci_reader)
         self.nvml = nvml.NVMLObserver()
         self._mig_cards = {}  # address -> mig_nvml.MIGCard
+        # {GPU address: MIG table} of the GPUs the last discovery
+        # published for MIG instances on demand.
+        self._mig_tables = {}
         # {GPU address: {MIG UUID: why}}: instances of binds that could
         # not be made again after the host restarted, until released.
         self._mig_unplaced = {}
@@ -162,8 +165,25 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
     def discover(self):
         functions = self.pci.functions()
         by_address = base.functions_by_address(functions)
+        self._mig_tables = {}
         return [self._device(gpu, by_address)
                 for gpu in functions if _is_gpu(gpu)]
+
+    def mig_free_slices(self):
+        """{GPU address: (free compute slices, free memory slices, free
+        media engines)} of the GPUs published for MIG instances on
+        demand, as NVML holds them now. A GPU NVML cannot read, or whose
+        instances its table cannot place, is left out."""
+        free = {}
+        for address, table in sorted(self._mig_tables.items()):
+            try:
+                held = self._mig_card_at(address).instances()
+                # A GI is listed once per CI: its (profile, start) once.
+                free[address] = mig_fit.counters(table, list(
+                    {i.gi_id: (i.profile, i.start) for i in held}.values()))
+            except (mig_nvml.MIGError, ValueError) as exc:
+                LOG.debug('No free slices of %s: %s', address, exc)
+        return free
 
     def _device(self, gpu, by_address):
         device = self._device_of(gpu, by_address)
@@ -244,6 +264,7 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
             return None
         creatable = sorted(name for name, count in remaining.items()
                            if count > 0)
+        self._mig_tables[str(gpu.address)] = table
         return inventory.Deployable(
             name=traits.deployable_name('migs', gpu.address),
             num_accelerators=table.compute_slices,

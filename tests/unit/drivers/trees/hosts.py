@@ -100,6 +100,18 @@ H100_VFS = [dataclasses.replace(vf, vgpu=VFVGPU(
         driver='nvidia')]
 H100_HOST = CHIPSET + [_h100_port, H100, *H100_VFS]
 
+
+def h100s(addresses):
+    """The recorded H100 (no VFs) at each of ``addresses``, each behind a
+    root port of its own on the bus before it."""
+    functions = []
+    for address in addresses:
+        bus = int(address.split(':')[1], 16)
+        port = root_port('0000:%02x:00.0' % (bus - 1))
+        functions += [port, dataclasses.replace(H100, bdf=address,
+                                                parent=port.bdf)]
+    return functions
+
 # A workstation GPU with its audio, USB and USB-C (UCSI) functions.
 _rtx_port = root_port('0000:5d:00.0')
 RTX = card('0000:5e:00.0', '10de', '1e07', '030000', _rtx_port.bdf,
