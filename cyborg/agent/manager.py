@@ -55,7 +55,6 @@ import socket
 import tempfile
 import threading
 import time
-import uuid
 
 from keystoneauth1 import exceptions as ks_exceptions
 from oslo_log import log
@@ -159,14 +158,6 @@ def _pci_address(info):
                                 info['function'])
 
 
-def _uuid_hex(value):
-    text = str(value).strip().lower()
-    try:
-        return uuid.UUID(text).hex
-    except ValueError:
-        return text
-
-
 def _bindings(found):
     """The bindings of a report's answer, as far as they make sense;
     {} from a conductor that sends none."""
@@ -174,15 +165,6 @@ def _bindings(found):
         return {}
     return {str(address): [dict(b) for b in bound if isinstance(b, dict)]
             for address, bound in found.items() if isinstance(bound, list)}
-
-
-def _runs_function(device, function_uuid):
-    """Whether ``device`` as discovered runs ``function_uuid``."""
-    wanted = _uuid_hex(function_uuid)
-    return any(_uuid_hex(f) == wanted
-               for deployable in device.deployables
-               for f in str((deployable.attributes or {}).get(
-                   'function_uuid') or '').split(',') if f)
 
 
 def _image_file_name(image_id):
@@ -571,7 +553,7 @@ class AgentManager:
                         'whether the card still runs it cannot be told; '
                         'left as it is', address, image_id)
             return None
-        return _runs_function(device, function_uuid)
+        return fpga_scrub.runs_function(device.deployables, function_uuid)
 
     def _privileged_playbook(self, pair, action, variables):
         with base.privileged('Cannot run the %s playbook of %s'
@@ -599,8 +581,9 @@ class AgentManager:
                 return False
         if not function_uuid:
             return True
-        return _runs_function(self._find_device(driver, controlpath_info),
-                              function_uuid)
+        return fpga_scrub.runs_function(
+            self._find_device(driver, controlpath_info).deployables,
+            function_uuid)
 
     def _driver(self, driver_name):
         for driver in self.drivers:

@@ -32,6 +32,7 @@ from cyborg import privsep
 from cyborg.conf import agent as agent_conf
 from cyborg.privsep import agent_pctxt
 from cyborg.privsep import checks
+from cyborg.privsep import tool_args
 
 # The longest run asked for, the most [agent] program_tool_timeout allows.
 MAX_SECONDS = agent_conf.PROGRAM_TOOL_MAX_SECONDS
@@ -72,19 +73,8 @@ class ToolError(Exception):
     """The tool could not be run to its end."""
 
 
-def _fits(shape, args):
-    if len(shape) != len(args):
-        return False
-    for expected, arg in zip(shape, args, strict=True):
-        if expected is BITSTREAM:
-            ok = arg.startswith('/')
-        elif isinstance(expected, str):
-            ok = arg == expected
-        else:
-            ok = expected.fullmatch(arg) is not None
-        if not ok:
-            return False
-    return True
+# A bitstream's place takes an absolute path; checked_args checks the file.
+_BITSTREAM_CHECK = {BITSTREAM: lambda arg: arg.startswith('/')}
 
 
 def agent_uid():
@@ -146,7 +136,7 @@ def _shape(tool_name, args):
         raise checks.InvalidArgument('the arguments of %s must be a list of '
                                      'strings, not %r' % (tool_name, args))
     for shape in tool.shapes:
-        if _fits(shape, args):
+        if tool_args.fits(shape, args, _BITSTREAM_CHECK):
             return tool, shape
     raise checks.InvalidArgument('%s does not take the arguments %s'
                                  % (tool_name, ' '.join(args)))
@@ -174,13 +164,6 @@ def _seconds(timeout):
         raise checks.InvalidArgument('a tool may run 1 to %d seconds, not '
                                      '%r' % (MAX_SECONDS, timeout))
     return timeout
-
-
-def _tail(text):
-    text = (text or '').strip()
-    if len(text) > _QUOTED_CHARS:
-        return '...' + text[-_QUOTED_CHARS:]
-    return text
 
 
 def _bounding_set():
@@ -220,5 +203,6 @@ def _run(tool_name, args, fd, timeout):
         raise ToolError('%s did not finish within %d s' % (command, timeout))
     except OSError as exc:
         raise ToolError('cannot run %s: %s' % (tool_name, exc))
-    return {'status': result.returncode, 'stdout': _tail(result.stdout),
-            'stderr': _tail(result.stderr)}
+    return {'status': result.returncode,
+            'stdout': tool_args.tail(result.stdout, _QUOTED_CHARS),
+            'stderr': tool_args.tail(result.stderr, _QUOTED_CHARS)}

@@ -44,6 +44,7 @@ from oslo_privsep import capabilities
 
 from cyborg.privsep import agent_pctxt
 from cyborg.privsep import checks
+from cyborg.privsep import tool_args
 
 # Those of the Inspur NVMe driver (cyborg.accelerator.drivers.ssd.
 # inspur_nvme), which offers no other make: the host's boot disk is an
@@ -303,34 +304,29 @@ def _claimed(controller):
             os.close(fd)
 
 
-def _fits(shape, args):
-    if len(shape) != len(args):
-        return False
-    root = checks.sysfs_root()
-    for expected, arg in zip(shape, args, strict=True):
-        if expected in (_CONTROLLER_NODE, _NAMESPACE_NODE):
-            prefix = os.path.join(root, '')
-            ok = (arg.startswith(prefix) and expected.fullmatch(
-                '/' + arg[len(prefix):]) is not None)
-        elif isinstance(expected, str):
-            ok = arg == expected
-        else:
-            ok = expected.fullmatch(arg) is not None
-        if not ok:
-            return False
-    return True
+def _below_root(node):
+    """A check that an argument is the device node ``node`` matches, in
+    ``/dev`` below the daemon's sysfs root."""
+    def check(arg):
+        prefix = os.path.join(checks.sysfs_root(), '')
+        return (arg.startswith(prefix) and node.fullmatch(
+            '/' + arg[len(prefix):]) is not None)
+    return check
+
+
+_NODE_CHECKS = {node: _below_root(node)
+                for node in (_CONTROLLER_NODE, _NAMESPACE_NODE)}
 
 
 def _tail(text):
-    text = (text or '').strip()
-    return ('...' + text[-_QUOTED_CHARS:] if len(text) > _QUOTED_CHARS
-            else text)
+    return tool_args.tail(text, _QUOTED_CHARS)
 
 
 def _run(subcommand, args, timeout):
     """Run ``nvme subcommand args``; its standard output. A run that
     fails raises NvmeFailed."""
-    if subcommand not in SHAPES or not _fits(SHAPES[subcommand], args):
+    if (subcommand not in SHAPES
+            or not tool_args.fits(SHAPES[subcommand], args, _NODE_CHECKS)):
         # Built here from checked parts: a mismatch is a bug, refused.
         raise checks.InvalidArgument('nvme %s does not take the arguments '
                                      '%s' % (subcommand, ' '.join(args)))

@@ -117,9 +117,7 @@ def verify(driver, device, handle, image_id, function_uuid, step=VERIFY):
         raise base.ScrubFailed(
             step, 'FPGA %s no longer offers %s once image %s was loaded'
                   % (address, _address(handle.attach_info), image_id))
-    reported = sorted({_uuid_hex(f) for deployable in deployables
-                       for f in str((deployable.attributes or {}).get(
-                           'function_uuid') or '').split(',') if f})
+    reported = sorted(_functions(deployables))
     if wanted not in reported:
         raise base.ScrubFailed(
             step, 'FPGA %s reports function %s once image %s was loaded, '
@@ -134,6 +132,20 @@ def _address(info):
                                         info['device'], info['function']))
     except (KeyError, TypeError):
         return repr(info)
+
+
+def runs_function(deployables, function_uuid):
+    """Whether one of ``deployables`` reports running ``function_uuid``
+    (compared as UUIDs: case and dashes do not matter)."""
+    return _uuid_hex(function_uuid) in _functions(deployables)
+
+
+def _functions(deployables):
+    """The functions ``deployables`` report: each one's ``function_uuid``
+    attribute, a comma-separated list, as UUID hex where it is a UUID."""
+    return {_uuid_hex(f) for deployable in deployables
+            for f in str((deployable.attributes or {}).get(
+                'function_uuid') or '').split(',') if f}
 
 
 def _uuid_hex(value):
