@@ -47,6 +47,7 @@ topic, where any conductor takes them (and passes a report on to the
 owner).
 """
 
+import collections
 import functools
 import json
 import pathlib
@@ -94,6 +95,12 @@ LOG = log.getLogger(__name__)
 # AgentManager's glance argument when the client is to be built from
 # [glance] at the first download.
 GLANCE_FROM_CONF = object()
+# The handles whose device the agent makes at bind, under the handle's
+# uuid (new at each bind).
+MADE_AT_BIND = frozenset({mdev_restore.MDEV, mig_restore.MIG})
+# Released handle uuids remembered against late prepares: many more
+# than the binds one host sees within an RPC call's timeout.
+RELEASED_KEPT = 4096
 
 
 def name_candidates(configured, fqdn=None, short_name=None):
@@ -243,6 +250,10 @@ class AgentManager:
         # that one. A handle's uuid is new at each bind, so a late
         # release cannot reach the next bind's instance.
         self._made_for = {}
+        # Uuids of handles released here (those made at bind), newest
+        # last: a prepare that arrives after its handle's release (RPC
+        # does not order two calls) would make what no one releases.
+        self._released = collections.OrderedDict()
         # The MIG instances of binds, put back before the first report.
         self.mig_restore = mig_restore.MIGRestore(
             conf.host, drivers, conductor, self._context,
@@ -273,6 +284,11 @@ class AgentManager:
         if request is not None:
             extra['request'] = kinds[0].load(request) if kinds else request
         with self._handle_lock(driver_name, handle):
+            if uuid in self._released:
+                raise exception.Conflict(
+                    '%s attach handle %s of %s was released before this '
+                    'prepare for ARQ %s arrived: nothing is made for it.'
+                    % (handle.attach_type, uuid, driver_name, arq_uuid))
             try:
                 made = driver.prepare_attach_handle(device, handle, uuid,
                                                     **extra)
@@ -312,6 +328,8 @@ class AgentManager:
         if details is not None:
             extra['details'] = kinds[1].load(details) if kinds else details
         with self._handle_lock(driver_name, handle):
+            if handle.attach_type in MADE_AT_BIND:
+                self._remember_released(uuid)
             if details is None and uuid in self._made_for:
                 LOG.info('Release of %s attach handle %s for ARQ %s names '
                          'nothing: its bind never heard what was made; '
@@ -632,6 +650,12 @@ class AgentManager:
         raise agent_rpcapi.NotOnThisHost(
             'Driver %s on host %s finds no device at %s'
             % (driver.name, self.conf.host, _address_text(controlpath_info)))
+
+    def _remember_released(self, uuid):
+        self._released[uuid] = True
+        self._released.move_to_end(uuid)
+        while len(self._released) > RELEASED_KEPT:
+            self._released.popitem(last=False)
 
     def _handle_lock(self, driver_name, handle):
         """One prepare or release at a time per attach handle: a late

@@ -6,9 +6,11 @@ the H100 80GB's MIG behaviour. The agent's privileged calls
 
 import sys
 import threading
+import uuid
 
 import pytest
 
+from cyborg import exception
 from cyborg import rpc
 from cyborg.accelerator.drivers import base
 from cyborg.accelerator.drivers import pci
@@ -42,14 +44,19 @@ class Card:
                  if d.controlpath_info['bus'] == '4e']
         [deployable] = gpu.deployables
         self.slots = deployable.attach_handles
+        self.uuids = {}  # slot -> the uuid of its last bind
 
     def handle(self, slot):
         handle = self.slots[slot]
-        return {'uuid': 'f0e1d2c3-b4a5-4697-8877-%012d' % slot,
+        return {'uuid': self.uuids.setdefault(slot, str(uuid.uuid4())),
                 'attach_type': handle.attach_type,
                 'attach_info': dict(handle.attach_info)}
 
-    def bind(self, profile, slot=0, rule=None):
+    def bind(self, profile, slot=0, rule=None, again=False):
+        """A bind of the slot, under a new uuid as the conductor gives
+        each bind (``again``: the last one's, a bind resumed or late)."""
+        if not again:
+            self.uuids[slot] = str(uuid.uuid4())
         request = {'mig_profile': profile}
         if rule:
             request['placement_rule'] = rule
@@ -473,3 +480,20 @@ def test_a_release_naming_nothing_spares_another_binds_instance(card):
     assert 'names none' in str(refused.value)
     assert card.held() == [('1g.10gb', other['start'],
                             (other['mig_uuid'],))]
+
+
+def test_a_prepare_that_arrives_after_its_release_makes_nothing(card):
+    """The conductor gave up on a prepare and released its handle; the
+    prepare reaches the agent after the release (RPC gives no order
+    between two calls): what it would make, nobody would release."""
+    card.uuids[0] = str(uuid.uuid4())
+    with pytest.raises(base.DriverError, match='names none'):
+        card.unbind(None)
+
+    with pytest.raises(exception.Conflict) as late:
+        card.bind('3g.40gb', again=True)
+
+    assert 'was released before this prepare' in late.value.message
+    assert card.held() == []
+    # The next bind of the slot has a uuid of its own.
+    assert card.bind('3g.40gb')['mig_profile'] == '3g.40gb'
