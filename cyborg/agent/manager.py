@@ -92,6 +92,8 @@ from cyborg.privsep import playbook as privsep_playbook
 
 LOG = log.getLogger(__name__)
 
+_address_text = inventory.address_text
+
 # AgentManager's glance argument when the client is to be built from
 # [glance] at the first download.
 GLANCE_FROM_CONF = object()
@@ -143,14 +145,6 @@ def glance_from_conf(conf):
     """The Glance client of ``[glance]``, or None if it is not set."""
     from cyborg.clients import glance as glance_client
     return glance_client.GlanceClient.from_conf(conf)
-
-
-def _address_text(info):
-    try:
-        return str(inventory.PCIAddress(info['domain'], info['bus'],
-                                        info['device'], info['function']))
-    except (KeyError, TypeError):
-        return repr(info)
 
 
 def _kernel_driver(driver, address):

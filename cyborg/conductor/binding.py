@@ -61,6 +61,7 @@ from cyborg.device_config import base_image
 from cyborg.metrics import conductor as conductor_metrics
 from cyborg.notifications import emit
 from cyborg.notifications import notifier as notifier_module
+from cyborg.objects import inventory
 
 LOG = log.getLogger(__name__)
 
@@ -532,7 +533,7 @@ class Binder:
         placement = self._placement()
         if placement is None or not self.conf.conductor.mig_move_on_refusal:
             return None
-        resources = mig_move.group_resources(item['group'])
+        resources = inventory.resources_asked(item['group'])
         for card in self._mig_cards(context, deployable, profile, tried):
             tried.add(card['id'])
             try:

@@ -22,6 +22,7 @@ import collections
 from keystoneauth1 import exceptions as ks_exc
 
 from cyborg.clients import placement as placement_client
+from cyborg.objects import inventory
 
 # Consumer generation conflicts (Nova or another bind of the instance
 # wrote meanwhile) tried again before giving up.
@@ -31,15 +32,6 @@ ATTEMPTS = 3
 class NoRoom(Exception):
     """Placement refused the move: the target provider lacks the room,
     or the consumer kept changing."""
-
-
-def group_resources(group):
-    """``{resource class: amount}`` a device profile group asks for."""
-    wanted = {}
-    for key, value in group.items():
-        if key.startswith('resources:'):
-            wanted[key[len('resources:'):]] = int(value)
-    return wanted
 
 
 def moved(allocations, resources, source, target):
@@ -114,7 +106,7 @@ def placed_on(allocations, requests, request, candidates):
     (the move was written to Placement, not yet to the database)."""
     need = collections.defaultdict(collections.Counter)
     for other in requests:
-        need[other['device_rp_uuid']].update(group_resources(other['group']))
+        need[other['device_rp_uuid']].update(inventory.resources_asked(other['group']))
 
     def held(rp):
         return (allocations.get(rp) or {}).get('resources') or {}
@@ -126,7 +118,7 @@ def placed_on(allocations, requests, request, candidates):
     own = request['device_rp_uuid']
     if not short(own):
         return own
-    wanted = group_resources(request['group'])
+    wanted = inventory.resources_asked(request['group'])
     for rp in candidates:
         if rp == own:
             continue

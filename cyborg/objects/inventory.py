@@ -97,6 +97,16 @@ class PCIAddress:
         return dataclasses.asdict(self)
 
 
+def address_text(info):
+    """The PCI address an attach handle's info names, as text; the info
+    itself where it names none."""
+    try:
+        return str(PCIAddress(info['domain'], info['bus'], info['device'],
+                              info['function']))
+    except (KeyError, TypeError):
+        return repr(info)
+
+
 def controlpath_address(controlpath_type, controlpath_info):
     """How a device is named in observations and metrics: its PCI address
     (``0000:0c:00.0``), or the text of another kind of control path."""

@@ -48,6 +48,8 @@ CLEAR = 'clear'
 RELOAD = 'reload'
 VERIFY = 'verify'
 
+_address = inventory.address_text
+
 
 def scrub_method(deployable):
     """FPGA_BASE_IMAGE for a deployable of one PCI attach handle (the
@@ -124,14 +126,6 @@ def verify(driver, device, handle, image_id, function_uuid, step=VERIFY):
                   'not the image\'s function %s'
                   % (address, ', '.join(reported) or 'none', image_id,
                      wanted))
-
-
-def _address(info):
-    try:
-        return str(inventory.PCIAddress(info['domain'], info['bus'],
-                                        info['device'], info['function']))
-    except (KeyError, TypeError):
-        return repr(info)
 
 
 def runs_function(deployables, function_uuid):
