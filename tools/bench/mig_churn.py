@@ -630,9 +630,11 @@ def table(stack, args):
             done[rule] = run_row(stack, mix, load, boots, rule, args)
             row = done[rule]
             print('  %s %d%% boots %d %s: %d requests (and the warm-up) in '
-                  '%.0f s, %d claims refused and tried elsewhere'
+                  '%.0f s, %d claims refused and tried elsewhere; refused '
+                  'by Placement %d, by the card %d, moved %d, placed %d'
                   % (mix, round(100 * load), boots, rule, row.requests,
-                     row.wall, row.conflicts), file=sys.stderr, flush=True)
+                     row.wall, row.conflicts, row.placement, row.card,
+                     row.moved, row.placed), file=sys.stderr, flush=True)
         for rule in args.rules:
             row = done[rule]
             ratio = ''
