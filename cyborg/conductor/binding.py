@@ -568,8 +568,8 @@ class Binder:
         Placement write and its database write: the ARQ follows the
         allocation."""
         placement = self._placement()
-        if placement is None:
-            return deployable, handle
+        if placement is None or db.attach_details_of(context, item['id']):
+            return deployable, handle  # nothing to follow, or made already
         cards = {card['rp_uuid']: card for card in db.mig_cards_of_host(
             context, deployable['hostname'])}
         allocations = placement.get_allocations(
@@ -577,7 +577,7 @@ class Binder:
         rp = mig_move.placed_on(
             allocations, db.instance_requests(context, item['instance_uuid']),
             item, list(cards))
-        if rp == item['device_rp_uuid'] or handle.get('attach_details'):
+        if rp == item['device_rp_uuid']:
             return deployable, handle
         new = db.move_bind(context, item['id'], handle['id'], cards[rp]['id'],
                            rp)
