@@ -99,7 +99,7 @@ _address_text = inventory.address_text
 GLANCE_FROM_CONF = object()
 # The handles whose device the agent makes at bind, under the handle's
 # uuid (new at each bind).
-MADE_AT_BIND = frozenset({mdev_restore.MDEV, mig_restore.MIG})
+FENCED_AFTER_RELEASE = frozenset({mdev_restore.MDEV, mig_restore.MIG})
 # Released handle uuids remembered against late prepares: many more
 # than the binds one host sees within an RPC call's timeout.
 RELEASED_KEPT = 4096
@@ -322,7 +322,7 @@ class AgentManager:
         if details is not None:
             extra['details'] = kinds[1].load(details) if kinds else details
         with self._handle_lock(driver_name, handle):
-            if handle.attach_type in MADE_AT_BIND:
+            if handle.attach_type in FENCED_AFTER_RELEASE:
                 self._remember_released(uuid)
             if details is None and uuid in self._made_for:
                 LOG.info('Release of %s attach handle %s for ARQ %s names '

@@ -69,9 +69,12 @@ CONFIG_RESULT = payload.Kind('configuration result', '1.0',
                              optional={'failed_task': None, 'message': '',
                                        'changed': list})
 # What a bind on a MIG slot asks for, what prepare made, and what the card
-# can still create once release destroyed it.
-MIG_REQUEST = payload.Kind('MIG request', '1.0', required=('mig_profile',),
-                           optional={'placement_rule': 'best-fit'})
+# can still create once release destroyed it. 1.1: ``waiting``, the
+# profiles of the other binds Placement gave the card, not made yet (an
+# agent of 1.0 ignores it and chooses as if none waited).
+MIG_REQUEST = payload.Kind('MIG request', '1.1', required=('mig_profile',),
+                           optional={'placement_rule': 'best-fit',
+                                     'waiting': list})
 MIG_INSTANCE = payload.Kind('MIG instance', '1.0',
                             required=('mig_profile', 'start', 'gi_id',
                                       'ci_id', 'mig_uuid'),
@@ -181,8 +184,11 @@ class AgentAPI:
         handle's); a PCI function needs nothing: None.
 
         A ``MIG`` slot handle needs ``request`` (1.4), ``{'mig_profile':
-        '3g.40gb', 'placement_rule': 'best-fit' | 'lowest-slot'}``: the
-        agent creates the instance at the start the rule chooses and
+        '3g.40gb', 'placement_rule': 'best-fit' | 'lowest-slot',
+        'waiting': ['1g.10gb', ...]}`` (``waiting``: the profiles of the
+        card's other binds not made yet, which best fit leaves room
+        for): the agent creates the instance at the start the rule
+        chooses and
         answers ``{'mig_profile', 'start', 'gi_id', 'ci_id', 'mig_uuid',
         'creatable'}``, ``creatable`` the profiles the card can still
         create. A card with no start free for it raises ``MIGRefused``

@@ -42,6 +42,7 @@ import threading
 import time
 import uuid as uuidlib
 
+from keystoneauth1 import exceptions as ks_exc
 from oslo_log import log
 
 from cyborg import exception
@@ -58,6 +59,7 @@ from cyborg.db.api import arqs as db
 from cyborg.db.api import device_config_status as config_db
 from cyborg.db.api import device_health
 from cyborg.device_config import base_image
+from cyborg.device_config import mig as device_mig
 from cyborg.metrics import conductor as conductor_metrics
 from cyborg.notifications import emit
 from cyborg.notifications import notifier as notifier_module
@@ -75,6 +77,9 @@ RESERVATION_POLL = 0.2
 # still unclaimed then was received by its previous process, which died
 # before claiming it.
 LOST_CAST_GRACE = 10
+# The most waiting binds a MIG bind tells its agent of (the agent's own
+# limit, more than an H100 holds instances).
+MAX_MIG_WAITING = 16
 
 
 class BindRefused(exception.Conflict):
@@ -601,7 +606,8 @@ class Binder:
                 item['uuid'], request={
                     'mig_profile': profile,
                     'placement_rule':
-                        self.conf.conductor.mig_placement_rule})
+                        self.conf.conductor.mig_placement_rule,
+                    'waiting': self._mig_waiting(context, deployable, item)})
             self.metrics.mig_instances.labels('created').inc()
             try:
                 made = mig.kept_details(answer)
@@ -614,6 +620,46 @@ class Binder:
             self._follow_mig_traits(context, deployable,
                                     answer.get('creatable'))
         return made
+
+    def _mig_waiting(self, context, deployable, item):
+        """The profiles of the other instances Placement gave this GPU
+        that nothing was made for yet: best fit leaves them room. Boots
+        served from one snapshot of the traits arrive together, and the
+        first bind on a card may come before the others' requests do:
+        Placement's allocations on the GPU's provider know them all
+        (each instance's slices there name its profile), the database
+        only those being bound."""
+        placement = self._placement()
+        card = device_mig.card_of(
+            *(str((deployable['std_board_info'] or {}).get(key) or '')
+              for key in ('vendor_id', 'product_id')))
+        if placement is None or card is None:
+            return self._mig_binds_waiting(context, deployable, item)
+        try:
+            claims = placement.get_provider_allocations(
+                item['device_rp_uuid'])
+        except (placement_client.PlacementError, ks_exc.ClientException,
+                ValueError) as exc:
+            LOG.warning('ARQ %s: the allocations on %s could not be read, '
+                        'best fit weighs only the binds under way: %s',
+                        item['uuid'], deployable['name'], exc)
+            return self._mig_binds_waiting(context, deployable, item)
+        made = db.instances_made_on(context, deployable['id'])
+        waiting = [mig.profile_of_slices(card, resources)
+                   for consumer, resources in sorted(claims.items())
+                   if consumer != item['instance_uuid']
+                   and consumer not in made]
+        return [name for name in waiting if name][:MAX_MIG_WAITING]
+
+    def _mig_binds_waiting(self, context, deployable, item):
+        """The profiles of the other binds of this GPU under way."""
+        waiting = []
+        for other in db.binds_waiting(context, deployable['id'], item['id']):
+            try:
+                waiting.append(mig.profile_asked(other['group']))
+            except mig.NotAMIGRequest:
+                continue  # its own bind refuses it
+        return waiting[:MAX_MIG_WAITING]
 
     def _follow_mig_traits(self, context, deployable, creatable):
         """The GPU's provider says what it can still create, in the

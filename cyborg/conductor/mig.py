@@ -14,6 +14,10 @@ from cyborg.accelerator.drivers import traits as driver_traits
 
 TRAIT_PREFIX = 'CUSTOM_MIG_PROFILE_'
 _TRAIT = re.compile(r'([1-9][0-9]*)G_([1-9][0-9]*)GB(_ME)?')
+# The resource classes of a GPU on demand: compute slices, memory slices
+# and the media engine, in the order a profile counts them.
+SLICE_CLASSES = ('CUSTOM_MIG_COMPUTE_SLICE', 'CUSTOM_MIG_MEMORY_SLICE',
+                 'CUSTOM_MIG_MEDIA_ENGINE')
 # What a bind keeps of the instance its host made: the fields the
 # agent's answer must hold, as strings, as attach handle info is.
 DETAILS = ('mig_profile', 'start', 'gi_id', 'ci_id', 'mig_uuid')
@@ -48,6 +52,17 @@ def profile_asked(group):
             'require exactly one %s<PROFILE> trait; this one requires %s.'
             % (TRAIT_PREFIX, ', '.join(names) or 'none'))
     return names[0]
+
+
+def profile_of_slices(card, resources):
+    """The profile of ``card`` (a ``device_config.mig`` table) whose slices
+    one allocation holds (``{resource class: amount}``), or None."""
+    held = tuple(int(resources.get(name, 0)) for name in SLICE_CLASSES)
+    for profile in card.profiles:
+        if held == (profile.compute_slices, profile.memory_slices,
+                    int(profile.media_engine)):
+            return profile.name
+    return None
 
 
 def kept_details(answer):

@@ -14,8 +14,9 @@ the instances of binds made again at their starts, the others destroyed).
 Every argument is checked first: the GPU's address, which must be listed
 in the daemon's own ``[gpu_devices] mig_on_demand_addresses`` and have a
 MIG table Cyborg knows (its PCI ids read from the daemon's ``[pci]
-sysfs_root``); a profile of that table; a placement rule of
-``mig_fit.RULES``; and every field of an instance's identity.
+sysfs_root``); a profile of that table, for the bind and for each of the
+binds waiting for the card; a placement rule of ``mig_fit.RULES``; and
+every field of an instance's identity.
 """
 
 import logging
@@ -40,6 +41,9 @@ _MIG_UUID = re.compile(
     r'/[0-9]{1,3}/[0-9]{1,3})', re.ASCII)
 # The fields of an instance's identity, as create_mig_instance answers.
 IDENTITY = ('mig_profile', 'start', 'gi_id', 'ci_id', 'mig_uuid')
+# The most binds waiting for one card that a choice weighs: more than any
+# card holds instances (seven on an H100).
+MAX_WAITING = 16
 
 _cards_lock = threading.Lock()
 _cards = {}  # address -> (MIGCard, its lock)
@@ -89,6 +93,16 @@ def _profile(table, name):
             'the %s has no MIG profile %s (it has %s)' % (
                 table.name, name, ', '.join(p.name for p in table.profiles)))
     return profile
+
+
+def _waiting(table, names):
+    """The profile names of the binds waiting for a card, each one the
+    card's; no more than a card could ever hold."""
+    if not isinstance(names, (list, tuple)) or len(names) > MAX_WAITING:
+        raise checks.InvalidArgument(
+            'the binds waiting for a GPU are a list of at most %d MIG '
+            'profile names, not %r' % (MAX_WAITING, names))
+    return tuple(_profile(table, name).name for name in names)
 
 
 def _identity(address, table, identity):
@@ -146,22 +160,25 @@ def _no_start(address, table, occupied, profile):
 
 
 @agent_pctxt.entrypoint
-def create_mig_instance(address, profile_name, rule):
+def create_mig_instance(address, profile_name, rule, waiting=()):
     """Create a MIG instance of ``profile_name`` on the GPU at ``address``
-    at the start ``rule`` chooses: ``{'mig_profile', 'start', 'gi_id',
+    at the start ``rule`` chooses, weighing the profiles of the binds
+    ``waiting`` for the card: ``{'mig_profile', 'start', 'gi_id',
     'ci_id', 'mig_uuid', 'creatable'}``, ``creatable`` the profiles NVML
     can still create after it. MIGRefused when no start is free."""
     checks.pci_address(address)
     checks.one_of(rule, mig_fit.RULES, 'MIG placement rule')
     table = _table(address)
     profile = _profile(table, profile_name)
+    waiting = _waiting(table, waiting)
     card, lock = _card(address)
     with lock:
         # A GI is listed once per CI: its (profile, start) once.
         occupied = list({i.gi_id: (i.profile, i.start)
                          for i in card.instances()}.values())
         try:
-            start = mig_fit.choose_start(table, occupied, profile.name, rule)
+            start = mig_fit.choose_start(table, occupied, profile.name, rule,
+                                         waiting)
         except ValueError as exc:
             raise mig_nvml.MIGError(
                 'The GPU at %s holds MIG instances its %s table cannot '

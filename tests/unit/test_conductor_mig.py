@@ -4,6 +4,7 @@ answers (``cyborg.conductor.mig``)."""
 import pytest
 
 from cyborg.conductor import mig
+from cyborg.device_config import mig as device_mig
 
 
 @pytest.mark.parametrize('trait, profile', [
@@ -66,3 +67,23 @@ def test_the_slices_of_one_instance_make_one_accelerator_request():
     assert inventory.accelerators_asked({'resources:VGPU': '2',
                                          'resources:FPGA': '1'}) == 3
     assert inventory.accelerators_asked({'trait:CUSTOM_X': 'required'}) == 0
+
+
+@pytest.mark.parametrize('resources, profile', [
+    ({'CUSTOM_MIG_COMPUTE_SLICE': 1, 'CUSTOM_MIG_MEMORY_SLICE': 1},
+     '1g.10gb'),
+    ({'CUSTOM_MIG_COMPUTE_SLICE': 1, 'CUSTOM_MIG_MEMORY_SLICE': 1,
+      'CUSTOM_MIG_MEDIA_ENGINE': 1}, '1g.10gb+me'),
+    ({'CUSTOM_MIG_COMPUTE_SLICE': 1, 'CUSTOM_MIG_MEMORY_SLICE': 2},
+     '1g.20gb'),
+    ({'CUSTOM_MIG_COMPUTE_SLICE': 3, 'CUSTOM_MIG_MEMORY_SLICE': 4},
+     '3g.40gb'),
+    ({'CUSTOM_MIG_COMPUTE_SLICE': 7, 'CUSTOM_MIG_MEMORY_SLICE': 8,
+      'CUSTOM_MIG_MEDIA_ENGINE': 1}, '7g.80gb'),
+    # Two instances' slices in one allocation name no profile.
+    ({'CUSTOM_MIG_COMPUTE_SLICE': 2, 'CUSTOM_MIG_MEMORY_SLICE': 5}, None),
+    ({'CUSTOM_MIG_COMPUTE_SLICE': 7, 'CUSTOM_MIG_MEMORY_SLICE': 8}, None),
+    ({}, None),
+])
+def test_the_profile_an_allocation_of_slices_holds(resources, profile):
+    assert mig.profile_of_slices(device_mig.H100_80GB, resources) == profile

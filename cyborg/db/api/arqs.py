@@ -1305,6 +1305,27 @@ def mig_cards_of_host(context, hostname):
     return [dict(row._mapping) for row in rows]
 
 
+def binds_waiting(context, deployable_id, arq_id):
+    """The other ARQs being bound to deployable ``deployable_id`` that
+    nothing was made for yet, as bind work, oldest first: what its host
+    will be asked to make after ARQ ``arq_id``."""
+    with context.db.reader(context) as session:
+        return _bind_work(session, sa.and_(
+            ARQ.deployable_id == deployable_id, ARQ.id != arq_id,
+            ARQ.state == states.BIND_STARTED,
+            ARQ.attach_details.is_(None)))
+
+
+def instances_made_on(context, deployable_id):
+    """The instances whose ARQs hold what their bind made on deployable
+    ``deployable_id`` (their allocations there are accounted for)."""
+    with context.db.read_connection(context) as connection:
+        return set(connection.execute(
+            sa.select(ARQ.instance_uuid).where(
+                ARQ.deployable_id == deployable_id,
+                ARQ.attach_details.is_not(None))).scalars())
+
+
 def instance_requests(context, instance_uuid):
     """The ARQs of ``instance_uuid`` being bound or bound, as bind work
     (their provider and group): what its allocation must hold."""

@@ -10,6 +10,7 @@ traits must say, after every bind and unbind, which profiles the card
 can still create.
 """
 
+import threading
 import types
 import uuid
 
@@ -74,6 +75,15 @@ def rig(conf, db, tmp_path, monkeypatch, admin_context, privileged_on,
             binder_args={'sync': host.sync, 'metrics': metrics}) as api:
         yield Rig(api, host.library, host.client, host.rp, metrics,
                   host.driver)
+
+
+def binding_in_thread(rig, bound, name, profile):
+    """A bind of ``profile`` in its own thread, started: its ARQ goes to
+    ``bound[name]``."""
+    thread = threading.Thread(
+        target=lambda: bound.setdefault(name, rig.bind(profile)))
+    thread.start()
+    return thread
 
 
 def test_each_bind_gets_its_own_instance_and_the_traits_follow(rig):
@@ -175,8 +185,6 @@ def test_two_binds_on_one_card_leave_the_traits_of_the_last(rig,
     after the card made its instance): the second bind, on the same card,
     waits for it, so the traits left are those of the card with both
     instances, not the first bind's older view."""
-    import threading
-
     import pynvml
 
     from cyborg.conductor import binding
@@ -193,13 +201,9 @@ def test_two_binds_on_one_card_leave_the_traits_of_the_last(rig,
 
     monkeypatch.setattr(binding.Binder, '_follow_mig_traits', late_first)
     bound = {}
-    first = threading.Thread(
-        target=lambda: bound.setdefault('first', rig.bind('3g.40gb')))
-    first.start()
+    first = binding_in_thread(rig, bound, 'first', '3g.40gb')
     assert entered.wait(10)
-    second = threading.Thread(
-        target=lambda: bound.setdefault('second', rig.bind('4g.40gb')))
-    second.start()
+    second = binding_in_thread(rig, bound, 'second', '4g.40gb')
     second.join(30)
     held.set()
     first.join(30)
@@ -211,3 +215,94 @@ def test_two_binds_on_one_card_leave_the_traits_of_the_last(rig,
                        in standin.capacity(gpu).items() if count > 0)
     assert creatable == []  # a 3g.40gb and a 4g.40gb fill the card
     assert rig.offered() == creatable
+
+
+def claim(rig, profile):
+    """A new instance holding ``profile``'s slices of the GPU in
+    Placement, as Nova's scheduler claims them before the bind."""
+    instance = str(uuid.uuid4())
+    compute, memory = SLICES[profile]
+    rig.placement.put_allocations(instance, {rig.rp: {'resources': {
+        'CUSTOM_MIG_COMPUTE_SLICE': compute,
+        'CUSTOM_MIG_MEMORY_SLICE': memory}}}, None, 'demo-project',
+        'demo-user', 'INSTANCE')
+    return instance
+
+
+def test_a_bind_leaves_room_for_the_instances_placement_gave_its_card(
+        rig, monkeypatch):
+    """Two boots served from one snapshot of the traits: Placement gave
+    an empty card a 1g.10gb and a 4g.40gb. Best fit alone puts the
+    1g.10gb at slot 0, the 4g.40gb's only start; the conductor reads the
+    4g.40gb's claim on the GPU's provider, before its bind even comes,
+    and the 1g.10gb goes past slot 3."""
+    from cyborg.conductor import binding
+
+    weighed = []
+    waiting = binding.Binder._mig_waiting
+    monkeypatch.setattr(
+        binding.Binder, '_mig_waiting',
+        lambda *args: weighed.append(waiting(*args)) or weighed[-1])
+    small, large = claim(rig, '1g.10gb'), claim(rig, '4g.40gb')
+
+    first = arq_stack.bind_one(rig.api, 'mig-1g.10gb', rig.rp, small, HOST)
+    second = arq_stack.bind_one(rig.api, 'mig-4g.40gb', rig.rp, large, HOST)
+
+    assert [first['state'], second['state']] == ['Bound', 'Bound']
+    assert int(first['attach_handle_info']['start']) >= 4
+    assert second['attach_handle_info']['start'] == '0'
+    # The 1g.10gb made, its claim is accounted for; a bind never waits
+    # for its own instance.
+    assert weighed == [['4g.40gb'], []]
+    assert rig.counted()['refused'] == 0
+
+
+# The database's list, when Placement cannot be read: one engine would
+# do, but the query is the database's.
+def test_without_placement_a_bind_leaves_room_for_binds_under_way(
+        rig, monkeypatch):
+    """The same two binds when the allocations cannot be read: the
+    conductor weighs the binds under way on the card in the database,
+    here the 4g.40gb, bound while the 1g.10gb waits for the card."""
+    import time
+
+    from cyborg.clients import placement as placement_client
+    from cyborg.conductor import binding
+    from cyborg.db.api import arqs as arqs_db
+
+    def unreadable(self, uuid):
+        raise placement_client.PlacementError(
+            'GET', '/resource_providers/%s/allocations' % uuid, 503)
+
+    monkeypatch.setattr(placement_client.PlacementClient,
+                        'get_provider_allocations', unreadable)
+    entered = threading.Event()
+    waiting = binding.Binder._mig_binds_waiting
+    seen = []
+
+    def once_the_other_waits(self, context, deployable, item):
+        if not entered.is_set():
+            entered.set()
+            deadline = time.monotonic() + 10
+            while (not arqs_db.binds_waiting(context, deployable['id'],
+                                             item['id'])
+                   and time.monotonic() < deadline):
+                time.sleep(0.02)
+        seen.append(waiting(self, context, deployable, item))
+        return seen[-1]
+
+    monkeypatch.setattr(binding.Binder, '_mig_binds_waiting',
+                        once_the_other_waits)
+    bound = {}
+    small = binding_in_thread(rig, bound, 'small', '1g.10gb')
+    assert entered.wait(10)
+    large = binding_in_thread(rig, bound, 'large', '4g.40gb')
+    small.join(30)
+    large.join(30)
+
+    assert seen == [['4g.40gb'], []]
+    assert [bound[k]['state'] for k in ('small', 'large')] == [
+        'Bound', 'Bound']
+    assert int(bound['small']['attach_handle_info']['start']) >= 4
+    assert bound['large']['attach_handle_info']['start'] == '0'
+    assert rig.counted()['refused'] == 0

@@ -52,7 +52,7 @@ class Card:
                 'attach_type': handle.attach_type,
                 'attach_info': dict(handle.attach_info)}
 
-    def bind(self, profile, slot=0, rule=None, again=False):
+    def bind(self, profile, slot=0, rule=None, again=False, waiting=None):
         """A bind of the slot, under a new uuid as the conductor gives
         each bind (``again``: the last one's, a bind resumed or late)."""
         if not again:
@@ -60,6 +60,8 @@ class Card:
         request = {'mig_profile': profile}
         if rule:
             request['placement_rule'] = rule
+        if waiting is not None:
+            request['waiting'] = waiting
         return self.agent.api.prepare_attach_handle(
             self.agent.context, HOST, DRIVER, self.handle(slot), ARQ,
             request=request)
@@ -339,6 +341,26 @@ def test_refused_creations(card, address, profile, rule, refusal):
     assert card.held() == []
     assert card.library.calls.count(
         'nvmlDeviceCreateGpuInstanceWithPlacement') == 0
+
+
+@pytest.mark.parametrize('waiting, refusal', [
+    ('4g.40gb', 'a list of at most 16 MIG profile names'),
+    (['1g.10gb'] * 17, 'a list of at most 16 MIG profile names'),
+    (['4g.40gb', '1g.10gb;reboot'], 'not a MIG profile name'),
+    (['5g.50gb'], 'has no MIG profile 5g.50gb'),
+    ([None], 'not a MIG profile name'),
+])
+def test_refused_waiting_binds(card, waiting, refusal):
+    with pytest.raises(checks.InvalidArgument, match=refusal):
+        privsep_mig.create_mig_instance(H100, '1g.10gb', 'best-fit',
+                                        waiting)
+    assert card.held() == []
+
+
+def test_a_prepare_leaves_room_for_the_binds_waiting_for_the_card(card):
+    made = card.bind('1g.10gb', waiting=['4g.40gb'])
+    assert int(made['start']) >= 4
+    assert int(card.bind('4g.40gb', slot=1)['start']) == 0
 
 
 @pytest.mark.parametrize('change, refusal', [

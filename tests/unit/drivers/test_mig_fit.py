@@ -205,3 +205,28 @@ def test_counters():
     assert mig_fit.counters(
         H100, [('1g.10gb+me', 6), ('1g.20gb', 0), ('2g.20gb', 2)]) == (
             3, 3, 0)
+
+
+def test_best_fit_leaves_a_start_for_the_profiles_waiting_for_the_card():
+    # Alone, a first 1g.10gb goes to slot 0, the 4g.40gb's only start.
+    assert mig_fit.choose_start(H100, [], '1g.10gb') == 0
+    start = mig_fit.choose_start(H100, [], '1g.10gb', waiting=['4g.40gb'])
+    assert start >= 4
+    assert mig_fit.choose_start(H100, [('1g.10gb', start)],
+                                '4g.40gb') == 0
+    # A profile that could not follow anyway changes nothing.
+    assert mig_fit.choose_start(H100, [], '1g.10gb',
+                                waiting=['7g.80gb']) == 0
+    # NVML's implicit choice knows nothing of waiting binds.
+    assert mig_fit.choose_start(H100, [], '1g.10gb', 'lowest-slot',
+                                waiting=['4g.40gb']) == 0
+
+
+def test_still_fit_packs_the_waiting_profiles_largest_first():
+    # In the order given, the 1g.10gb would take the 4g.40gb's start.
+    assert mig_fit.still_fit(H100, [], ['1g.10gb', '4g.40gb']) == 2
+    # Next to a 3g.40gb at 4, four compute and memory slices are left.
+    held = [('3g.40gb', 4)]
+    assert mig_fit.still_fit(H100, held, ['4g.40gb']) == 1
+    assert mig_fit.still_fit(H100, held, ['2g.20gb'] * 3) == 2
+    assert mig_fit.still_fit(H100, held, ['1g.10gb'] * 5) == 4

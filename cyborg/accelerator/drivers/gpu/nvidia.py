@@ -457,9 +457,11 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
                                                             request))
         profile = request['mig_profile']
         rule = request.get('placement_rule') or mig_fit.RULES[0]
+        waiting = request.get('waiting') or []
         with base.privileged('Cannot create a MIG instance of %s on the GPU '
                              'at %s for %s' % (profile, gpu, uuid)):
-            made = privsep_mig.create_mig_instance(str(gpu), profile, rule)
+            made = privsep_mig.create_mig_instance(str(gpu), profile, rule,
+                                                   waiting)
         LOG.info('MIG instance %s at start %s (GPU instance %s, compute '
                  'instance %s, %s) made on the GPU at %s for %s by rule %s',
                  made['mig_profile'], made['start'], made['gi_id'],
