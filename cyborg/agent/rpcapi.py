@@ -75,12 +75,15 @@ CONFIG_RESULT = payload.Kind('configuration result', '1.0',
 MIG_REQUEST = payload.Kind('MIG request', '1.1', required=('mig_profile',),
                            optional={'placement_rule': 'best-fit',
                                      'waiting': list})
-MIG_INSTANCE = payload.Kind('MIG instance', '1.0',
+# 1.1 (both): ``stranded``, the [compute, memory] slices left free that no
+# placement can use, which Placement is told to hold back (None: unknown,
+# an agent of 1.0).
+MIG_INSTANCE = payload.Kind('MIG instance', '1.1',
                             required=('mig_profile', 'start', 'gi_id',
                                       'ci_id', 'mig_uuid'),
-                            optional={'creatable': list})
-MIG_RELEASED = payload.Kind('MIG release', '1.0',
-                            optional={'creatable': list})
+                            optional={'creatable': list, 'stranded': None})
+MIG_RELEASED = payload.Kind('MIG release', '1.1',
+                            optional={'creatable': list, 'stranded': None})
 # By attach type: (what prepare is asked, what it answers and release is
 # given back, what release answers).
 MADE_AT_BIND = {'MIG': (MIG_REQUEST, MIG_INSTANCE, MIG_RELEASED)}
@@ -188,12 +191,13 @@ class AgentAPI:
         'waiting': ['1g.10gb', ...]}`` (``waiting``: the profiles of the
         card's other binds not made yet, which best fit leaves room
         for): the agent creates the instance at the start the rule
-        chooses and
-        answers ``{'mig_profile', 'start', 'gi_id', 'ci_id', 'mig_uuid',
-        'creatable'}``, ``creatable`` the profiles the card can still
-        create. A card with no start free for it raises ``MIGRefused``
-        (409). Under a cap below 1.4 a request raises ``VersionCapped``:
-        an older agent would make nothing.
+        chooses and answers ``{'mig_profile', 'start', 'gi_id', 'ci_id',
+        'mig_uuid', 'creatable', 'stranded'}``, ``creatable`` the
+        profiles the card can still create, ``stranded`` its [compute,
+        memory] free slices that no placement can use. A card with no
+        start free for it raises ``MIGRefused`` (409). Under a cap below
+        1.4 a request raises ``VersionCapped``: an older agent would make
+        nothing.
         """
         return self._handle_call(context, host, 'prepare_attach_handle',
                                  driver_name, attach_handle, arq_uuid,
@@ -208,10 +212,10 @@ class AgentAPI:
 
         For a ``MIG`` slot handle ``details`` (1.4) is what prepare
         answered: the agent destroys exactly that instance and answers
-        ``{'creatable'}``. An instance already gone (the host rebooted) is
-        released; one with running processes raises ``MIGInUse`` (409),
-        one whose ids name another instance now ``MIGIdentityMismatch``
-        (409), and nothing is destroyed.
+        ``{'creatable', 'stranded'}``. An instance already gone (the
+        host rebooted) is released; one with running processes raises
+        ``MIGInUse`` (409), one whose ids name another instance now
+        ``MIGIdentityMismatch`` (409), and nothing is destroyed.
         """
         return self._handle_call(context, host, 'release_attach_handle',
                                  driver_name, attach_handle, arq_uuid,

@@ -618,7 +618,8 @@ class Binder:
                                             handle['id'], made):
                 raise db.BindLost(item['id'])
             self._follow_mig_traits(context, deployable,
-                                    answer.get('creatable'))
+                                    answer.get('creatable'),
+                                    answer.get('stranded'))
         return made
 
     def _mig_waiting(self, context, deployable, item):
@@ -661,15 +662,18 @@ class Binder:
                 continue  # its own bind refuses it
         return waiting[:MAX_MIG_WAITING]
 
-    def _follow_mig_traits(self, context, deployable, creatable):
-        """The GPU's provider says what it can still create, in the
-        database and, before any Nova event, in Placement."""
+    def _follow_mig_traits(self, context, deployable, creatable,
+                           stranded=None):
+        """The GPU's provider says what it can still create, and holds
+        back the slices no placement can use, in the database and,
+        before any Nova event, in Placement."""
         if creatable is None:
             return
         traits = mig.traits_with(db.deployable_traits(context,
                                                       deployable['id']),
                                  creatable)
-        if (db.set_deployable_traits(context, deployable['id'], traits)
+        if (db.set_deployable_traits(context, deployable['id'], traits,
+                                     held_back=mig.held_back(stranded))
                 and self.sync is not None):
             self.sync.sync_host(context, deployable['hostname'])
 
@@ -1016,7 +1020,8 @@ class Binder:
             self.metrics.mig_instances.labels('destroyed').inc()
             if deployable is not None and isinstance(answer, dict):
                 self._follow_mig_traits(context, deployable,
-                                        answer.get('creatable'))
+                                        answer.get('creatable'),
+                                        answer.get('stranded'))
 
     # -- recovery (each step run by its own worker, recovery.py) ------
 

@@ -111,6 +111,9 @@ class ProviderDeployable:
     # Handles taken by no ARQ: released, waiting for their scrub. Each
     # reserves one unit until it is verified clean.
     dirty: int = 0
+    # ((resource class, units), ...) its driver keeps out of scheduling:
+    # the slices its MIG card can no longer place.
+    held_back: tuple = ()
 
     @property
     def num_accelerators(self):
@@ -671,6 +674,8 @@ class _Plan:
                     quarantined=quarantined,
                     extra_inventories=objects_inventory.extra_inventories(
                         deployable.attributes),
+                    held_back=objects_inventory.reserved_inventories(
+                        deployable.attributes),
                     pool=pool_key(
                         device.type, device.vendor, device.model,
                         device.std_board_info, deployable.parent,
@@ -696,6 +701,8 @@ def _reported_root(deployable, reported):
 def _stored_listing(deployable, device, missing):
     board = (json.loads(device.std_board_info) if device.std_board_info
              else None)
+    attributes = {key: row.value
+                  for key, row in deployable.attributes.items()}
     return ProviderDeployable(
         id=deployable.id, uuid=deployable.uuid, name=deployable.name,
         resource_class=deployable.resource_class,
@@ -705,15 +712,15 @@ def _stored_listing(deployable, device, missing):
         rp_uuid=deployable.rp_uuid,
         quarantined=device_health.effective_quarantine(device),
         configuring=device.config_held,
-        extra_inventories=objects_inventory.extra_inventories(
-            {key: row.value for key, row in deployable.attributes.items()}),
+        extra_inventories=objects_inventory.extra_inventories(attributes),
+        held_back=objects_inventory.reserved_inventories(attributes),
         dirty=sum(1 for h in deployable.handles
                   if h.in_use and not h.referenced),
         pool=pool_key(
             device.type, device.vendor, device.model, board,
             deployable.parent_id, deployable.driver_name,
             deployable.resource_class, deployable.trait_list(),
-            {key: row.value for key, row in deployable.attributes.items()}))
+            attributes))
 
 
 def _unique_sorted(listing):

@@ -65,6 +65,17 @@ def profile_of_slices(card, resources):
     return None
 
 
+def held_back(stranded):
+    """{resource class: units} Placement must hold back for the slices an
+    agent says no placement can use (``[compute, memory]``), or None when
+    it did not say (an older agent) or said something else."""
+    if (not isinstance(stranded, (list, tuple)) or len(stranded) != 2
+            or not all(isinstance(n, int) and not isinstance(n, bool)
+                       and n >= 0 for n in stranded)):
+        return None
+    return {SLICE_CLASSES[0]: stranded[0], SLICE_CLASSES[1]: stranded[1]}
+
+
 def kept_details(answer):
     """The instance an agent made, as the ARQ keeps it; ValueError if the
     answer lacks a field."""

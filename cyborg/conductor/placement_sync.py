@@ -142,7 +142,9 @@ def desired_providers(hostname, deployables, disabled=(), layout=PER_DEVICE):
     nothing new is scheduled there while existing allocations stay
     valid. In the ``pooled`` layout a pool reserves its disabled members'
     part only. A deployable's ``dirty`` handles (released, not scrubbed
-    yet) reserve one unit each.
+    yet) reserve one unit each, and a provider of its own reserves what
+    its driver holds back (``reserved:`` attributes: the slices a MIG
+    card can no longer place).
     """
     if layout not in LAYOUTS:
         raise ValueError('Unknown provider layout %r' % layout)
@@ -195,6 +197,13 @@ def _inventories(members, disabled):
         if extra >= 1:
             inventories[resource_class] = _inventory(
                 extra, extra if members[0].name in disabled else 0)
+    if len(members) == 1:
+        # What its driver holds back (slices a MIG card cannot place).
+        for resource_class, units in _held_back(members[0]):
+            found = inventories.get(resource_class)
+            if found is not None:
+                found['reserved'] = min(found['total'],
+                                        found['reserved'] + units)
     return inventories
 
 
@@ -206,6 +215,16 @@ def _extras(deployable):
         extras = objects_inventory.extra_inventories(
             getattr(deployable, 'attributes', {}))
     return extras
+
+
+def _held_back(deployable):
+    """What a deployable's driver keeps out of scheduling, as listed for
+    Placement or as reported (``reserved:`` attributes)."""
+    held = getattr(deployable, 'held_back', None)
+    if held is None:
+        held = objects_inventory.reserved_inventories(
+            getattr(deployable, 'attributes', {}))
+    return held
 
 
 def _inventory(total, reserved):

@@ -75,6 +75,26 @@ def extra_inventories(attributes):
     return tuple(sorted(extras))
 
 
+# A deployable attribute ``reserved:<resource class>`` = units: what its
+# provider keeps out of scheduling although no allocation holds it (the
+# slices a MIG card can no longer place, ``mig_fit.stranded``).
+RESERVED_INVENTORY = 'reserved:'
+
+
+def reserved_inventories(attributes):
+    """((resource class, units), ...) of ``attributes``' ``reserved:``
+    keys, sorted."""
+    reserved = []
+    for key, value in attributes.items():
+        if str(key).startswith(RESERVED_INVENTORY):
+            try:
+                units = max(0, int(str(value)))
+            except ValueError:
+                continue
+            reserved.append((str(key)[len(RESERVED_INVENTORY):], units))
+    return tuple(sorted(reserved))
+
+
 @dataclasses.dataclass(frozen=True)
 class PCIAddress:
     domain: str  # '0000'

@@ -130,6 +130,22 @@ def _creatable(card):
     return sorted(name for name, left in card.remaining().items() if left)
 
 
+def _stranded(table, card):
+    """[compute, memory] slices free on ``card`` that no placement can
+    use now (``mig_fit.stranded``); None when its instances do not fit
+    its table (made by hand against another)."""
+    try:
+        return list(mig_fit.stranded(table, _occupied(card)))
+    except ValueError:
+        return None
+
+
+def _occupied(card):
+    # A GI is listed once per CI: its (profile, start) once.
+    return list({i.gi_id: (i.profile, i.start)
+                 for i in card.instances()}.values())
+
+
 def _holding(occupied):
     if not occupied:
         return 'it holds no MIG instance'
@@ -164,8 +180,10 @@ def create_mig_instance(address, profile_name, rule, waiting=()):
     """Create a MIG instance of ``profile_name`` on the GPU at ``address``
     at the start ``rule`` chooses, weighing the profiles of the binds
     ``waiting`` for the card: ``{'mig_profile', 'start', 'gi_id',
-    'ci_id', 'mig_uuid', 'creatable'}``, ``creatable`` the profiles NVML
-    can still create after it. MIGRefused when no start is free."""
+    'ci_id', 'mig_uuid', 'creatable', 'stranded'}``, ``creatable`` the
+    profiles NVML can still create after it, ``stranded`` the [compute,
+    memory] slices left free that no placement can use. MIGRefused when
+    no start is free."""
     checks.pci_address(address)
     checks.one_of(rule, mig_fit.RULES, 'MIG placement rule')
     table = _table(address)
@@ -173,9 +191,7 @@ def create_mig_instance(address, profile_name, rule, waiting=()):
     waiting = _waiting(table, waiting)
     card, lock = _card(address)
     with lock:
-        # A GI is listed once per CI: its (profile, start) once.
-        occupied = list({i.gi_id: (i.profile, i.start)
-                         for i in card.instances()}.values())
+        occupied = _occupied(card)
         try:
             start = mig_fit.choose_start(table, occupied, profile.name, rule,
                                          waiting)
@@ -194,17 +210,20 @@ def create_mig_instance(address, profile_name, rule, waiting=()):
                                       '%s now: %s' % (address, profile.name,
                                                       exc.message)) from exc
         creatable = _creatable(card)
+        stranded = _stranded(table, card)
     return {'mig_profile': made.profile, 'start': made.start,
             'gi_id': made.gi_id, 'ci_id': made.ci_id,
-            'mig_uuid': made.mig_uuid, 'creatable': creatable}
+            'mig_uuid': made.mig_uuid, 'creatable': creatable,
+            'stranded': stranded}
 
 
 @agent_pctxt.entrypoint
 def destroy_mig_instance(address, identity):
     """Destroy the MIG instance ``identity`` (as create_mig_instance
     answered, without ``creatable``) on the GPU at ``address``:
-    ``{'destroyed', 'creatable'}``; ``destroyed`` False when it was gone
-    already. MIGInUse or MIGIdentityMismatch destroy nothing."""
+    ``{'destroyed', 'creatable', 'stranded'}``; ``destroyed`` False when
+    it was gone already. MIGInUse or MIGIdentityMismatch destroy
+    nothing."""
     checks.pci_address(address)
     table = _table(address)
     instance = _identity(address, table, identity)
@@ -212,7 +231,9 @@ def destroy_mig_instance(address, identity):
     with lock:
         destroyed = card.destroy(instance)
         creatable = _creatable(card)
-    return {'destroyed': destroyed, 'creatable': creatable}
+        stranded = _stranded(table, card)
+    return {'destroyed': destroyed, 'creatable': creatable,
+            'stranded': stranded}
 
 
 # Instances one restore may name: more than any card Cyborg knows holds.

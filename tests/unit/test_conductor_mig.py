@@ -87,3 +87,15 @@ def test_the_slices_of_one_instance_make_one_accelerator_request():
 ])
 def test_the_profile_an_allocation_of_slices_holds(resources, profile):
     assert mig.profile_of_slices(device_mig.H100_80GB, resources) == profile
+
+
+@pytest.mark.parametrize('stranded, held', [
+    ([1, 0], {'CUSTOM_MIG_COMPUTE_SLICE': 1, 'CUSTOM_MIG_MEMORY_SLICE': 0}),
+    ((0, 1), {'CUSTOM_MIG_COMPUTE_SLICE': 0, 'CUSTOM_MIG_MEMORY_SLICE': 1}),
+    # An agent of 1.0 says nothing; anything else is not trusted.
+    (None, None), ([1], None), ([1, -1], None), (['1', 0], None),
+    ([True, 0], None), ({'compute': 1}, None),
+])
+def test_what_placement_holds_back_for_an_agents_stranded_slices(
+        stranded, held):
+    assert mig.held_back(stranded) == held

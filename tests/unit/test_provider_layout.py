@@ -104,3 +104,26 @@ def test_moves_name_only_deployables_whose_provider_changes():
     moves = reshape.plan_moves(desired, listed)
 
     assert moves == {'old-a': [reshape.Move('a', 1, desired[0].uuid)]}
+
+
+def test_a_provider_of_its_own_reserves_what_its_driver_holds_back():
+    from cyborg.objects import inventory as objects_inventory
+
+    card = objects_inventory.Deployable(
+        name='migs', num_accelerators=7,
+        resource_class='CUSTOM_MIG_COMPUTE_SLICE', driver_name='nvidia',
+        attributes={
+            'inventory:CUSTOM_MIG_MEMORY_SLICE': '8',
+            'reserved:CUSTOM_MIG_COMPUTE_SLICE': '1',
+            'reserved:CUSTOM_MIG_MEMORY_SLICE': '12',
+            # Not a number, or no inventory of that class: ignored.
+            'reserved:CUSTOM_MIG_MEDIA_ENGINE': 'one',
+            'reserved:VGPU': '2'})
+
+    [provider] = placement_sync.desired_providers(HOST, [card])
+
+    assert {rc: inv['reserved'] for rc, inv in
+            provider.inventories.items()} == {
+        'CUSTOM_MIG_COMPUTE_SLICE': 1,
+        # Never more than the total.
+        'CUSTOM_MIG_MEMORY_SLICE': 8}

@@ -39,6 +39,9 @@ Revision = models.DeviceProfileRevision
 ProfileProject = models.DeviceProfileProject
 Deployable = models.Deployable
 Device = models.Device
+Attribute = models.Attribute
+# What a host's agent reports, as against what an operator set.
+DRIVER_ORIGIN = 'driver'
 
 # A profile may ask for more; one request making thousands of rows is a
 # mistake, not a need.
@@ -888,20 +891,50 @@ def replace_attach_details(context, arq_uuid, handle_uuid, old, new):
 
 
 @_retry_on_deadlock
-def set_deployable_traits(context, deployable_id, traits):
-    """Give deployable ``deployable_id`` the traits ``traits``, and say
-    that Placement must follow its host; True if they changed."""
+def set_deployable_traits(context, deployable_id, traits, held_back=None):
+    """Give deployable ``deployable_id`` the traits ``traits`` and, where
+    ``held_back`` ({resource class: units}) says, the driver's
+    ``reserved:`` attributes, and say that Placement must follow its
+    host; True if anything changed."""
     with context.db.writer(context) as session:
         row = session.execute(
             sa.select(Deployable.traits, Device.hostname)
             .join(Device, Device.id == Deployable.device_id)
             .where(Deployable.id == deployable_id)).one_or_none()
-        if row is None or list(row.traits or ()) == list(traits):
+        if row is None:
             return False
-        session.execute(sa.update(Deployable).where(
-            Deployable.id == deployable_id).values(traits=list(traits)))
-        host_sync_states.bump_desired(session.connection(), row.hostname)
-        return True
+        changed = _hold_back(session, deployable_id, held_back or {})
+        if list(row.traits or ()) != list(traits):
+            session.execute(sa.update(Deployable).where(
+                Deployable.id == deployable_id).values(traits=list(traits)))
+            changed = True
+        if changed:
+            host_sync_states.bump_desired(session.connection(),
+                                          row.hostname)
+        return changed
+
+
+def _hold_back(session, deployable_id, held_back):
+    """Write the driver's ``reserved:`` attributes of ``held_back``; an
+    operator's attribute of the same key is left alone. Whether any
+    changed."""
+    changed = False
+    for resource_class, units in sorted(held_back.items()):
+        key = inventory.RESERVED_INVENTORY + resource_class
+        found = session.execute(
+            sa.select(Attribute.id, Attribute.value, Attribute.origin)
+            .where(Attribute.deployable_id == deployable_id,
+                   Attribute.key == key)).one_or_none()
+        if found is None:
+            session.add(Attribute(uuid=str(uuidlib.uuid4()),
+                                  deployable_id=deployable_id, key=key,
+                                  value=str(units), origin=DRIVER_ORIGIN))
+            changed = True
+        elif found.origin == DRIVER_ORIGIN and found.value != str(units):
+            session.execute(sa.update(Attribute).where(
+                Attribute.id == found.id).values(value=str(units)))
+            changed = True
+    return changed
 
 
 def deployable_traits(context, deployable_id):

@@ -193,11 +193,11 @@ def test_two_binds_on_one_card_leave_the_traits_of_the_last(rig,
     entered, held = threading.Event(), threading.Event()
     follow = binding.Binder._follow_mig_traits
 
-    def late_first(self, context, deployable, creatable):
+    def late_first(self, context, deployable, creatable, stranded):
         if not entered.is_set():
             entered.set()
             held.wait(3)  # the second bind finishes meanwhile, or waits
-        return follow(self, context, deployable, creatable)
+        return follow(self, context, deployable, creatable, stranded)
 
     monkeypatch.setattr(binding.Binder, '_follow_mig_traits', late_first)
     bound = {}
@@ -306,3 +306,27 @@ def test_without_placement_a_bind_leaves_room_for_binds_under_way(
     assert int(bound['small']['attach_handle_info']['start']) >= 4
     assert bound['large']['attach_handle_info']['start'] == '0'
     assert rig.counted()['refused'] == 0
+
+
+def test_placement_holds_back_the_slices_no_placement_can_use(rig, conf):
+    """A 3g.40gb at slot 0 takes compute slices 0-2 and memory slices 0-3:
+    compute slice 3 stays free, but no profile can start there, so
+    Placement must not count it, or a 4g.40gb's worth of compute slices
+    would seem free where none can be made."""
+    conf.set_override('mig_placement_rule', 'lowest-slot', group='conductor')
+
+    def reserved():
+        inventories = rig.placement.get_inventories(rig.rp)[1]
+        return {rc: inventories[rc]['reserved'] for rc in (
+            'CUSTOM_MIG_COMPUTE_SLICE', 'CUSTOM_MIG_MEMORY_SLICE')}
+
+    made = rig.bind('3g.40gb')
+
+    assert made['attach_handle_info']['start'] == '0'
+    assert reserved() == {'CUSTOM_MIG_COMPUTE_SLICE': 1,
+                          'CUSTOM_MIG_MEMORY_SLICE': 0}
+
+    rig.unbind(made)
+
+    assert reserved() == {'CUSTOM_MIG_COMPUTE_SLICE': 0,
+                          'CUSTOM_MIG_MEMORY_SLICE': 0}

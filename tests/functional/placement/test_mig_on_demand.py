@@ -153,8 +153,43 @@ def test_the_slices_survive_the_database_on_their_way_to_placement(
     assert stored.pool is None
     assert stored.extra_inventories == (('CUSTOM_MIG_MEDIA_ENGINE', 1),
                                         ('CUSTOM_MIG_MEMORY_SLICE', 8))
+    assert stored.held_back == (('CUSTOM_MIG_COMPUTE_SLICE', 0),
+                                ('CUSTOM_MIG_MEMORY_SLICE', 0))
     [provider] = placement_sync.desired_providers(inventories.HOST,
                                                   [stored])
     assert sorted(provider.inventories) == [
         'CUSTOM_MIG_COMPUTE_SLICE', 'CUSTOM_MIG_MEDIA_ENGINE',
         'CUSTOM_MIG_MEMORY_SLICE']
+
+
+def test_slices_no_placement_can_use_are_reserved(
+        host, client, compute_node, placement):  # noqa: F811
+    """A 3g.40gb at 0 and a 2g.20gb at 4 leave compute slices 3 and 6 and
+    memory slices 6 and 7 free, but compute slice 3 lies under the
+    3g.40gb's memory: only a 1g at 6 can still be made. Counted free,
+    Placement would give a 2g.20gb the two compute slices."""
+    card = mig_nvml.MIGCard(H100)
+    card.create('3g.40gb', 0)
+    card.create('2g.20gb', 4)
+
+    deployable = publish(client, compute_node, host)
+
+    assert deployable.attributes['reserved:CUSTOM_MIG_COMPUTE_SLICE'] == '1'
+    assert deployable.attributes['reserved:CUSTOM_MIG_MEMORY_SLICE'] == '0'
+    rp = placement_sync.provider_uuid('%s_%s' % (COMPUTE_HOST,
+                                                 deployable.name))
+    inventories = client.get_inventories(rp)[1]
+    assert inventories['CUSTOM_MIG_COMPUTE_SLICE']['reserved'] == 1
+    assert inventories['CUSTOM_MIG_MEMORY_SLICE']['reserved'] == 0
+    assert offered(placement) == {'1g.10gb', '1g.20gb', '1g.10gb+me'}
+
+
+def test_a_drained_card_reserves_no_more_than_it_has(host):
+    card = mig_nvml.MIGCard(H100)
+    card.create('3g.40gb', 0)
+    deployable = discover(host)
+
+    [provider] = placement_sync.desired_providers(
+        COMPUTE_HOST, [deployable], disabled=[deployable.name])
+
+    assert provider.inventories['CUSTOM_MIG_COMPUTE_SLICE']['reserved'] == 7

@@ -30,7 +30,8 @@ DRIVER = 'nvidia_gpu_driver'
 ON_DEMAND = {('gpu_devices', 'mig_on_demand_addresses'): [H100]}
 EVERY_PROFILE = ['1g.10gb', '1g.10gb+me', '1g.20gb', '2g.20gb', '3g.40gb',
                  '4g.40gb', '7g.80gb']
-ANSWER = {'mig_profile', 'start', 'gi_id', 'ci_id', 'mig_uuid', 'creatable'}
+ANSWER = {'mig_profile', 'start', 'gi_id', 'ci_id', 'mig_uuid', 'creatable',
+          'stranded'}
 ARQ = '5e1f0a2b-3c4d-4e5f-8a9b-0c1d2e3f4a5b'
 
 
@@ -153,15 +154,31 @@ def test_a_3g_40gb_and_four_1g_10gb_each_get_an_instance(card):
     released = card.unbind(big, slot=0)
     # Slices 4-7 free again: no 4g.40gb (start 0) nor 7g.80gb.
     assert released == {'creatable': ['1g.10gb', '1g.10gb+me', '1g.20gb',
-                                      '2g.20gb', '3g.40gb']}
+                                      '2g.20gb', '3g.40gb'],
+                        'stranded': [0, 0]}
     assert [h[0] for h in card.held()] == ['1g.10gb'] * 4
     for slot, details in zip((1, 2, 3, 4), small, strict=True):
         released = card.unbind(details, slot=slot)
-    assert released == {'creatable': EVERY_PROFILE}
+    assert released == {'creatable': EVERY_PROFILE, 'stranded': [0, 0]}
     assert card.held() == []
     assert mig_ops.MIGCard(H100).remaining() == {
         '1g.10gb': 7, '1g.20gb': 4, '2g.20gb': 3, '3g.40gb': 2,
         '4g.40gb': 1, '7g.80gb': 1, '1g.10gb+me': 1}
+
+
+def test_binds_say_which_free_slices_no_placement_can_use(card):
+    # A 3g.40gb at 0 takes memory slices 0-3 and compute slices 0-2:
+    # compute slice 3 is free, yet no profile can start there.
+    made = card.bind('3g.40gb', rule='lowest-slot')
+    assert made['start'] == 0
+    assert made['stranded'] == [1, 0]
+    fours = [card.bind('1g.10gb', slot=slot, rule='lowest-slot')
+             for slot in (1, 2, 3)]
+    assert [(m['start'], m['stranded']) for m in fours] == [
+        (4, [1, 0]), (5, [1, 0]), (6, [1, 1])]
+    # The 1g.10gb at 6 left memory slice 7 to no one. With the 3g.40gb
+    # gone compute slice 3 serves again; slice 7 stays out of reach.
+    assert card.unbind(made)['stranded'] == [0, 1]
 
 
 def play(card, rule, steps):
@@ -268,7 +285,8 @@ def test_an_instance_running_processes_is_not_destroyed(card):
     assert card.held() == [('2g.20gb', made['start'], (made['mig_uuid'],))]
 
     card.library.end_process(H100, made['gi_id'], made['ci_id'], 4242)
-    assert card.unbind(made) == {'creatable': EVERY_PROFILE}
+    assert card.unbind(made) == {'creatable': EVERY_PROFILE,
+                                 'stranded': [0, 0]}
     assert card.held() == []
 
 
@@ -296,7 +314,8 @@ def test_details_kept_as_text_release_the_instance(card):
     # As a conductor keeps them: each field as text.
     kept = {k: str(made[k]) for k in privsep_mig.IDENTITY}
 
-    assert card.unbind(kept) == {'creatable': EVERY_PROFILE}
+    assert card.unbind(kept) == {'creatable': EVERY_PROFILE,
+                                 'stranded': [0, 0]}
     assert card.held() == []
 
 
@@ -304,7 +323,8 @@ def test_an_instance_a_reboot_took_is_released(card):
     made = card.bind('4g.40gb')
     card.library.lose_instances(H100)
 
-    assert card.unbind(made) == {'creatable': EVERY_PROFILE}
+    assert card.unbind(made) == {'creatable': EVERY_PROFILE,
+                                 'stranded': [0, 0]}
 
 
 def test_a_bind_without_a_profile_or_with_a_bad_one_makes_nothing(card):
@@ -482,7 +502,8 @@ def test_a_release_after_a_lost_prepare_answer_destroys_what_was_made(card):
     card.bind('2g.20gb')
     assert len(card.held()) == 1
 
-    assert card.unbind(None) == {'creatable': EVERY_PROFILE}
+    assert card.unbind(None) == {'creatable': EVERY_PROFILE,
+                                 'stranded': [0, 0]}
     assert card.held() == []
     # Said again (a retry): nothing more to destroy, and nothing to name.
     with pytest.raises(base.DriverError) as refused:

@@ -92,11 +92,18 @@ def counters(card, occupied):
     return _state(card, occupied).counters
 
 
+def stranded(card, occupied):
+    """(compute slices, memory slices) free but in no placement that can
+    be created now: a 3g.40gb at 0 leaves compute slice 3 to no one.
+    Placement counts them free unless they are reserved."""
+    return _state(card, occupied).stranded
+
+
 class _State:
     """What follows from one set of instances on one card."""
 
     __slots__ = ('instances', 'free', 'creatable', 'traits', 'counters',
-                 'largest', 'layouts', 'chosen')
+                 'stranded', 'largest', 'layouts', 'chosen')
 
 
 class _Table:
@@ -170,6 +177,13 @@ def _analyse(table, instances):
     state.counters = (card.compute_slices - bin(compute).count('1'),
                       card.memory_slices - bin(memory).count('1'),
                       1 - min(media, 1))
+    usable = [0, 0]
+    for index, starts in enumerate(state.free):
+        for start in starts:
+            masks = _masks(card.profiles[index], start)
+            usable = [usable[0] | masks[1], usable[1] | masks[0]]
+    state.stranded = (state.counters[0] - bin(usable[0]).count('1'),
+                      state.counters[1] - bin(usable[1]).count('1'))
     # Memory slices only: the 4g.40gb (start 0) and the 3g.40gb (0 or 4)
     # take the same half of the card. Ranking the 4g.40gb above would
     # send small instances to slots 4-6, where slot 7 serves nothing

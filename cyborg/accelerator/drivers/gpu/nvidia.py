@@ -177,13 +177,17 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
         free = {}
         for address, table in sorted(self._mig_tables.items()):
             try:
-                held = self._mig_card_at(address).instances()
-                # A GI is listed once per CI: its (profile, start) once.
-                free[address] = mig_fit.counters(table, list(
-                    {i.gi_id: (i.profile, i.start) for i in held}.values()))
+                free[address] = mig_fit.counters(
+                    table, self._mig_occupied(address))
             except (mig_nvml.MIGError, ValueError) as exc:
                 LOG.debug('No free slices of %s: %s', address, exc)
         return free
+
+    def _mig_occupied(self, address):
+        """[(profile, start)] of the GPU instances at ``address``."""
+        held = self._mig_card_at(address).instances()
+        # A GI is listed once per CI: its (profile, start) once.
+        return list({i.gi_id: (i.profile, i.start) for i in held}.values())
 
     def _device(self, gpu, by_address):
         device = self._device_of(gpu, by_address)
@@ -264,6 +268,13 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
             return None
         creatable = sorted(name for name, count in remaining.items()
                            if count > 0)
+        try:
+            stranded = mig_fit.stranded(table, self._mig_occupied(gpu.address))
+        except (mig_nvml.MIGError, ValueError) as exc:
+            LOG.warning('%s holds MIG instances its %s table cannot place, '
+                        'no slices are held back from Placement: %s',
+                        gpu.address, table.name, exc)
+            stranded = (0, 0)
         self._mig_tables[str(gpu.address)] = table
         return inventory.Deployable(
             name=traits.deployable_name('migs', gpu.address),
@@ -281,6 +292,12 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
                 inventory.EXTRA_INVENTORY + MIG_MEMORY_SLICE:
                     str(table.memory_slices),
                 inventory.EXTRA_INVENTORY + MIG_MEDIA_ENGINE: '1',
+                # Free slices no placement can use now: Placement must
+                # not count them.
+                inventory.RESERVED_INVENTORY + MIG_COMPUTE_SLICE:
+                    str(stranded[0]),
+                inventory.RESERVED_INVENTORY + MIG_MEMORY_SLICE:
+                    str(stranded[1]),
                 'mig_on_demand': table.name})
 
     def _mig_instances(self, gpu):
@@ -501,7 +518,8 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
         if not done['destroyed']:
             LOG.info('MIG instance %s of %s on the GPU at %s was gone '
                      'already', identity['mig_uuid'], owner, gpu)
-        return {'creatable': done['creatable']}
+        return {'creatable': done['creatable'],
+                'stranded': done.get('stranded')}
 
     def _mig_creatable(self, gpu):
         return sorted(name for name, count in
