@@ -11,13 +11,14 @@ be created there.
 import re
 
 from cyborg.accelerator.drivers import traits as driver_traits
+from cyborg.objects import inventory
 
 TRAIT_PREFIX = 'CUSTOM_MIG_PROFILE_'
 _TRAIT = re.compile(r'([1-9][0-9]*)G_([1-9][0-9]*)GB(_ME)?')
-# The resource classes of a GPU on demand: compute slices, memory slices
-# and the media engine, in the order a profile counts them.
-SLICE_CLASSES = ('CUSTOM_MIG_COMPUTE_SLICE', 'CUSTOM_MIG_MEMORY_SLICE',
-                 'CUSTOM_MIG_MEDIA_ENGINE')
+# The resource classes of a GPU on demand, in the order a profile counts
+# them.
+_SLICES = (inventory.MIG_COMPUTE_SLICE, inventory.MIG_MEMORY_SLICE,
+           inventory.MIG_MEDIA_ENGINE)
 # What a bind keeps of the instance its host made: the fields the
 # agent's answer must hold, as strings, as attach handle info is.
 DETAILS = ('mig_profile', 'start', 'gi_id', 'ci_id', 'mig_uuid')
@@ -57,7 +58,7 @@ def profile_asked(group):
 def profile_of_slices(card, resources):
     """The profile of ``card`` (a ``device_config.mig`` table) whose slices
     one allocation holds (``{resource class: amount}``), or None."""
-    held = tuple(int(resources.get(name, 0)) for name in SLICE_CLASSES)
+    held = tuple(int(resources.get(name, 0)) for name in _SLICES)
     for profile in card.profiles:
         if held == (profile.compute_slices, profile.memory_slices,
                     int(profile.media_engine)):
@@ -73,7 +74,8 @@ def held_back(stranded):
             or not all(isinstance(n, int) and not isinstance(n, bool)
                        and n >= 0 for n in stranded)):
         return None
-    return {SLICE_CLASSES[0]: stranded[0], SLICE_CLASSES[1]: stranded[1]}
+    return {inventory.MIG_COMPUTE_SLICE: stranded[0],
+            inventory.MIG_MEMORY_SLICE: stranded[1]}
 
 
 def kept_details(answer):

@@ -210,21 +210,22 @@ def _inventories(members, disabled):
 def _extras(deployable):
     """A deployable's extra inventories, whether listed for Placement
     (``ProviderDeployable``) or as reported (its attributes)."""
-    extras = getattr(deployable, 'extra_inventories', None)
-    if extras is None:
-        extras = objects_inventory.extra_inventories(
-            getattr(deployable, 'attributes', {}))
-    return extras
+    return _listed(deployable, 'extra_inventories',
+                   objects_inventory.extra_inventories)
 
 
 def _held_back(deployable):
     """What a deployable's driver keeps out of scheduling, as listed for
     Placement or as reported (``reserved:`` attributes)."""
-    held = getattr(deployable, 'held_back', None)
-    if held is None:
-        held = objects_inventory.reserved_inventories(
-            getattr(deployable, 'attributes', {}))
-    return held
+    return _listed(deployable, 'held_back',
+                   objects_inventory.reserved_inventories)
+
+
+def _listed(deployable, field, from_attributes):
+    found = getattr(deployable, field, None)
+    if found is None:
+        found = from_attributes(getattr(deployable, 'attributes', {}))
+    return found
 
 
 def _inventory(total, reserved):

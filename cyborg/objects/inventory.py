@@ -30,9 +30,11 @@ ATTACH_TYPES = ('PCI', 'MDEV', 'MIG', 'TEST_PCI')
 
 # The resource classes of a MIG instance made on demand: a group asks
 # for its slices by amount, and they make one accelerator, one ARQ.
-SLICE_CLASSES = frozenset({'CUSTOM_MIG_COMPUTE_SLICE',
-                           'CUSTOM_MIG_MEMORY_SLICE',
-                           'CUSTOM_MIG_MEDIA_ENGINE'})
+MIG_COMPUTE_SLICE = 'CUSTOM_MIG_COMPUTE_SLICE'
+MIG_MEMORY_SLICE = 'CUSTOM_MIG_MEMORY_SLICE'
+MIG_MEDIA_ENGINE = 'CUSTOM_MIG_MEDIA_ENGINE'
+SLICE_CLASSES = frozenset({MIG_COMPUTE_SLICE, MIG_MEMORY_SLICE,
+                           MIG_MEDIA_ENGINE})
 
 
 def accelerators_asked(group):
@@ -64,15 +66,7 @@ EXTRA_INVENTORY = 'inventory:'
 
 def extra_inventories(attributes):
     """((resource class, total), ...) of ``attributes``, sorted."""
-    extras = []
-    for key, value in attributes.items():
-        if str(key).startswith(EXTRA_INVENTORY):
-            try:
-                total = int(str(value))
-            except ValueError:
-                continue
-            extras.append((str(key)[len(EXTRA_INVENTORY):], total))
-    return tuple(sorted(extras))
+    return _counted(attributes, EXTRA_INVENTORY)
 
 
 # A deployable attribute ``reserved:<resource class>`` = units: what its
@@ -84,15 +78,22 @@ RESERVED_INVENTORY = 'reserved:'
 def reserved_inventories(attributes):
     """((resource class, units), ...) of ``attributes``' ``reserved:``
     keys, sorted."""
-    reserved = []
+    return tuple((rc, max(0, units))
+                 for rc, units in _counted(attributes, RESERVED_INVENTORY))
+
+
+def _counted(attributes, prefix):
+    """((resource class, number), ...) of the ``<prefix><resource
+    class>`` attributes whose value is a whole number, sorted."""
+    counted = []
     for key, value in attributes.items():
-        if str(key).startswith(RESERVED_INVENTORY):
+        if str(key).startswith(prefix):
             try:
-                units = max(0, int(str(value)))
+                number = int(str(value))
             except ValueError:
                 continue
-            reserved.append((str(key)[len(RESERVED_INVENTORY):], units))
-    return tuple(sorted(reserved))
+            counted.append((str(key)[len(prefix):], number))
+    return tuple(sorted(counted))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -135,15 +135,9 @@ def _stranded(table, card):
     use now (``mig_fit.stranded``); None when its instances do not fit
     its table (made by hand against another)."""
     try:
-        return list(mig_fit.stranded(table, _occupied(card)))
+        return list(mig_fit.stranded(table, card.placed()))
     except ValueError:
         return None
-
-
-def _occupied(card):
-    # A GI is listed once per CI: its (profile, start) once.
-    return list({i.gi_id: (i.profile, i.start)
-                 for i in card.instances()}.values())
 
 
 def _holding(occupied):
@@ -191,7 +185,7 @@ def create_mig_instance(address, profile_name, rule, waiting=()):
     waiting = _waiting(table, waiting)
     card, lock = _card(address)
     with lock:
-        occupied = _occupied(card)
+        occupied = card.placed()
         try:
             start = mig_fit.choose_start(table, occupied, profile.name, rule,
                                          waiting)
@@ -210,11 +204,13 @@ def create_mig_instance(address, profile_name, rule, waiting=()):
                                       '%s now: %s' % (address, profile.name,
                                                       exc.message)) from exc
         creatable = _creatable(card)
-        stranded = _stranded(table, card)
+    # The instances read under the lock and the one made: no NVML read.
+    stranded = mig_fit.stranded(table, occupied + [(made.profile,
+                                                    made.start)])
     return {'mig_profile': made.profile, 'start': made.start,
             'gi_id': made.gi_id, 'ci_id': made.ci_id,
             'mig_uuid': made.mig_uuid, 'creatable': creatable,
-            'stranded': stranded}
+            'stranded': list(stranded)}
 
 
 @agent_pctxt.entrypoint

@@ -40,8 +40,6 @@ ProfileProject = models.DeviceProfileProject
 Deployable = models.Deployable
 Device = models.Device
 Attribute = models.Attribute
-# What a host's agent reports, as against what an operator set.
-DRIVER_ORIGIN = 'driver'
 
 # A profile may ask for more; one request making thousands of rows is a
 # mistake, not a need.
@@ -918,21 +916,27 @@ def _hold_back(session, deployable_id, held_back):
     """Write the driver's ``reserved:`` attributes of ``held_back``; an
     operator's attribute of the same key is left alone. Whether any
     changed."""
+    wanted = {inventory.RESERVED_INVENTORY + rc: str(units)
+              for rc, units in held_back.items()}
+    if not wanted:
+        return False
+    stored = {row.key: row for row in session.execute(
+        sa.select(Attribute.id, Attribute.key, Attribute.value,
+                  Attribute.origin)
+        .where(Attribute.deployable_id == deployable_id,
+               Attribute.key.in_(sorted(wanted))))}
     changed = False
-    for resource_class, units in sorted(held_back.items()):
-        key = inventory.RESERVED_INVENTORY + resource_class
-        found = session.execute(
-            sa.select(Attribute.id, Attribute.value, Attribute.origin)
-            .where(Attribute.deployable_id == deployable_id,
-                   Attribute.key == key)).one_or_none()
+    for key, value in sorted(wanted.items()):
+        found = stored.get(key)
         if found is None:
             session.add(Attribute(uuid=str(uuidlib.uuid4()),
                                   deployable_id=deployable_id, key=key,
-                                  value=str(units), origin=DRIVER_ORIGIN))
+                                  value=value,
+                                  origin=scrubs.DRIVER_ORIGIN))
             changed = True
-        elif found.origin == DRIVER_ORIGIN and found.value != str(units):
+        elif found.origin == scrubs.DRIVER_ORIGIN and found.value != value:
             session.execute(sa.update(Attribute).where(
-                Attribute.id == found.id).values(value=str(units)))
+                Attribute.id == found.id).values(value=value))
             changed = True
     return changed
 

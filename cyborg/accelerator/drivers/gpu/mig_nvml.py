@@ -209,6 +209,12 @@ class MIGCard:
                                          start, uuid))
         return found
 
+    def placed(self):
+        """[(profile, start)] of the GPU instances now, each once
+        (``instances`` lists a GPU instance once per compute instance)."""
+        return list({i.gi_id: (i.profile, i.start)
+                     for i in self.instances()}.values())
+
     @_locked
     def create(self, profile_name, start):
         """A GI of ``profile_name`` at ``start`` and its full-size CI, as a

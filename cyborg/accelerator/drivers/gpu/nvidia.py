@@ -76,9 +76,9 @@ VENDOR_ID = '10de'
 HOST_DRIVER = 'nvidia'
 GPU_CLASSES = (pci.CLASS_VGA, pci.CLASS_3D)
 # What a GPU of MIG instances on demand offers, in one provider.
-MIG_COMPUTE_SLICE = 'CUSTOM_MIG_COMPUTE_SLICE'
-MIG_MEMORY_SLICE = 'CUSTOM_MIG_MEMORY_SLICE'
-MIG_MEDIA_ENGINE = 'CUSTOM_MIG_MEDIA_ENGINE'
+MIG_COMPUTE_SLICE = inventory.MIG_COMPUTE_SLICE
+MIG_MEMORY_SLICE = inventory.MIG_MEMORY_SLICE
+MIG_MEDIA_ENGINE = inventory.MIG_MEDIA_ENGINE
 
 
 def _is_gpu(function):
@@ -178,16 +178,10 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
         for address, table in sorted(self._mig_tables.items()):
             try:
                 free[address] = mig_fit.counters(
-                    table, self._mig_occupied(address))
+                    table, self._mig_card_at(address).placed())
             except (mig_nvml.MIGError, ValueError) as exc:
                 LOG.debug('No free slices of %s: %s', address, exc)
         return free
-
-    def _mig_occupied(self, address):
-        """[(profile, start)] of the GPU instances at ``address``."""
-        held = self._mig_card_at(address).instances()
-        # A GI is listed once per CI: its (profile, start) once.
-        return list({i.gi_id: (i.profile, i.start) for i in held}.values())
 
     def _device(self, gpu, by_address):
         device = self._device_of(gpu, by_address)
@@ -269,7 +263,7 @@ class NvidiaGPUDriver(base.AcceleratorDriver):
         creatable = sorted(name for name, count in remaining.items()
                            if count > 0)
         try:
-            stranded = mig_fit.stranded(table, self._mig_occupied(gpu.address))
+            stranded = mig_fit.stranded(table, self._mig_card(gpu).placed())
         except (mig_nvml.MIGError, ValueError) as exc:
             LOG.warning('%s holds MIG instances its %s table cannot place, '
                         'no slices are held back from Placement: %s',
