@@ -21,6 +21,7 @@ from cyborg.conductor import mig
 from cyborg.metrics import agent as agent_metrics
 from cyborg.metrics import conductor as conductor_metrics
 from tests import arq_stack
+from tests import threads
 from tests.arq_stack import ARQS
 from tests.functional.conductor import mig_host
 from tests.functional.conductor.mig_host import HOST
@@ -35,11 +36,12 @@ SLICES = {'1g.10gb': (1, 1), '3g.40gb': (3, 4), '4g.40gb': (4, 4),
 class Rig(mig_host.Tenant):
 
     def __init__(self, api, library, placement_client, rp, metrics,
-                 driver):
+                 driver, binder):
         super().__init__(api, library, rp)
         self.placement = placement_client
         self.metrics = metrics
         self.driver = driver
+        self.binder = binder
 
     def free_slices(self):
         """{kind: free slices} of the GPU in the agent's metrics."""
@@ -68,13 +70,15 @@ class Rig(mig_host.Tenant):
 def rig(conf, db, tmp_path, monkeypatch, admin_context, privileged_on,
         mig_nvml, placement):  # noqa: F811
     metrics = conductor_metrics.ConductorMetrics()
+    kept = {}
     with mig_host.mig_host(conf, db, tmp_path, monkeypatch, admin_context,
                            privileged_on, mig_nvml, placement,
                            SLICES) as host, arq_stack.serving_with_agent(
             conf, db, HOST, [host.driver], agent_args={'glance': None},
-            binder_args={'sync': host.sync, 'metrics': metrics}) as api:
+            binder_args={'sync': host.sync, 'metrics': metrics},
+            kept=kept) as api:
         yield Rig(api, host.library, host.client, host.rp, metrics,
-                  host.driver)
+                  host.driver, kept['binder'])
 
 
 def binding_in_thread(rig, bound, name, profile):
@@ -330,3 +334,109 @@ def test_placement_holds_back_the_slices_no_placement_can_use(rig, conf):
 
     assert reserved() == {'CUSTOM_MIG_COMPUTE_SLICE': 0,
                           'CUSTOM_MIG_MEMORY_SLICE': 0}
+
+
+# Two 2g.20gb and a 1g.10gb; the 2g.20gb go, another 1g.10gb comes.
+CHURN = [('+', 'a', '2g.20gb'), ('+', 'b', '2g.20gb'), ('+', 'c', '1g.10gb'),
+         ('-', 'a'), ('-', 'b'), ('+', 'd', '1g.10gb')]
+
+
+def churn(rig):
+    """Bind ('+', key, profile) and unbind ('-', key) in turn, through
+    the API: the ARQs still bound, by key."""
+    live = {}
+    for step in CHURN:
+        if step[0] == '+':
+            live[step[1]] = rig.bind(step[2])
+            assert live[step[1]]['state'] == 'Bound', live[step[1]]
+        else:
+            assert rig.unbind(live.pop(step[1]))['state'] == 'Unbound'
+    return live
+
+
+def starts(arqs):
+    return sorted(int(a['attach_handle_info']['start'])
+                  for a in arqs.values())
+
+
+def test_best_fit_avoids_the_fragmentation_lowest_slot_falls_into(
+        rig, conf, caplog):
+    """The same binds and unbinds under each rule. The lowest slot leaves
+    1g.10gb instances at 0 and 4: five compute and six memory slices
+    free, yet no start for a 3g.40gb or a 4g.40gb; Placement stops
+    offering them, and a bind that comes anyway is refused by the card,
+    with that reason. Best fit puts them at 4 and 5: the first half of
+    the card stays whole."""
+    conf.set_override('mig_placement_rule', 'lowest-slot', group='conductor')
+
+    lowest = churn(rig)
+
+    assert starts(lowest) == [0, 4]
+    assert rig.free_slices() == {'compute': 5, 'memory': 6, 'media': 1}
+    assert rig.offered() == ['1g.10gb', '1g.10gb+me', '1g.20gb', '2g.20gb']
+    refused = rig.bind('3g.40gb')
+    assert refused['state'] == 'BindFailed'
+    assert ('The GPU at %s is too fragmented for 3g.40gb now' % mig_host.H100
+            in caplog.text)
+    for arq in lowest.values():
+        rig.unbind(arq)
+    assert rig.held() == {}
+
+    conf.set_override('mig_placement_rule', 'best-fit', group='conductor')
+
+    best = churn(rig)
+
+    assert starts(best) == [4, 5]
+    assert rig.free_slices() == {'compute': 5, 'memory': 6, 'media': 1}
+    assert {'3g.40gb', '4g.40gb'} <= set(rig.offered())
+    made = rig.bind('3g.40gb')
+    assert made['state'] == 'Bound'
+    assert made['attach_handle_info']['start'] == '0'
+    assert rig.counted()['refused'] == 1
+
+
+def test_binds_racing_on_one_card_each_get_their_own_instance(rig):
+    """A 3g.40gb and four 1g.10gb bound at the same instant, each for its
+    own instance: every one gets an instance of its own, at a start no
+    other holds, and the card holds those five and no other."""
+    profiles = ['3g.40gb', '1g.10gb', '1g.10gb', '1g.10gb', '1g.10gb']
+
+    bound = threads.race(len(profiles), lambda i: rig.bind(profiles[i]))
+
+    assert [a['state'] for a in bound] == ['Bound'] * 5, bound
+    made = {a['attach_handle_info']['mig_uuid']: (
+        a['attach_handle_info']['mig_profile'],
+        int(a['attach_handle_info']['start'])) for a in bound}
+    assert len(made) == 5
+    assert rig.held() == made
+    assert len({a['attach_handle_uuid'] for a in bound}) == 5
+    assert rig.offered() == []
+    assert rig.counted() == {'created': 5, 'destroyed': 0, 'moved': 0,
+                             'refused': 0}
+
+
+def test_one_arq_bound_by_two_conductors_at_once_gets_one_instance(
+        rig, admin_context):
+    """The same ARQ's bind run twice at the same instant, as by a
+    conductor that took over the bind of one it wrongly thought dead: the
+    card makes one instance, and the ARQ is Bound to it."""
+    from cyborg.db.api import arqs as arqs_db
+
+    arq, = rig.api.post_json(ARQS, {
+        'device_profile_name': 'mig-2g.20gb'}).json['arqs']
+    arqs_db.start_binding(admin_context, {arq['uuid']: {
+        'hostname': HOST, 'device_rp_uuid': rig.rp,
+        'instance_uuid': str(uuid.uuid4())}})
+    first, = arqs_db.claim_binds(admin_context, [arq['uuid']], 'conductor-a',
+                                 60)
+    second, = arqs_db.take_over_binds(admin_context, [arq['uuid']],
+                                      'conductor-a', 'conductor-b', 60)
+
+    threads.race(2, lambda i: rig.binder._bind_one(
+        admin_context, (first, second)[i]))
+
+    shown = rig.get(arq)
+    assert shown['state'] == 'Bound', shown
+    info = shown['attach_handle_info']
+    assert rig.held() == {info['mig_uuid']: ('2g.20gb', int(info['start']))}
+    assert rig.counted()['created'] == 1

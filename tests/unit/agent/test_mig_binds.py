@@ -4,8 +4,6 @@ the H100 80GB's MIG behaviour. The agent's privileged calls
 (``cyborg.privsep.mig``) run in the test process, their checks included.
 """
 
-import sys
-import threading
 import uuid
 
 import pytest
@@ -19,6 +17,7 @@ from cyborg.accelerator.drivers.gpu import nvidia
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.privsep import checks
 from cyborg.privsep import mig as privsep_mig
+from tests.threads import race
 from tests.unit.agent.conftest import HOST
 from tests.unit.agent.conftest import agent_conf
 from tests.unit.drivers import conftest as drivers_conftest
@@ -98,32 +97,6 @@ def card(tmp_path, monkeypatch, serve_agent, privileged_on, mig_nvml,  # noqa: F
     conf = agent_conf(ON_DEMAND)
     driver = nvidia.NvidiaGPUDriver(conf, pci.PCIReader(str(root)))
     return Card(serve_agent(conf, [driver]), driver, library)
-
-
-def race(count, work):
-    """``work(i)`` in ``count`` threads at once: [result or exception]."""
-    results = [None] * count
-    barrier = threading.Barrier(count)
-
-    def one(i):
-        barrier.wait()
-        try:
-            results[i] = work(i)
-        except Exception as exc:
-            results[i] = exc
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
-    interval = sys.getswitchinterval()
-    # Switching threads often, so that binds not kept apart meet.
-    sys.setswitchinterval(1e-6)
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
-    return results
 
 
 def test_a_3g_40gb_and_four_1g_10gb_each_get_an_instance(card):

@@ -4,7 +4,6 @@ on the stand-in with the H100's MIG behaviour."""
 import ctypes
 import dataclasses
 import sys
-import threading
 
 import pynvml
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from cyborg.accelerator.drivers.gpu import mig_nvml as mig_ops
 from cyborg.accelerator.drivers.gpu import nvml
 from cyborg.device_config import mig
+from tests.threads import race
 from tests.unit.drivers import nvml_mig_standin
 from tests.unit.drivers import nvml_standin
 from tests.unit.drivers.trees import recorded
@@ -400,32 +400,6 @@ def test_a_lost_gpu(library, card):
     assert str(caught.value) == (
         'NVML could not find GPU instance 0 on the GPU at 0000:00:06.0: NVML '
         'has lost the GPU, which needs a reset.')
-
-
-def race(count, work):
-    """``work(i)`` in ``count`` threads at once: [result or exception]."""
-    results = [None] * count
-    barrier = threading.Barrier(count)
-
-    def one(i):
-        barrier.wait()
-        try:
-            results[i] = work(i)
-        except mig_ops.MIGError as e:
-            results[i] = e
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
-    interval = sys.getswitchinterval()
-    # Switching threads often, so that operations not kept apart meet.
-    sys.setswitchinterval(1e-6)
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
-    return results
 
 
 def test_threads_destroying_one_instance(library):
