@@ -6,6 +6,7 @@ import threading
 from oslo_policy import opts as oslo_policy_opts
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
 import webtest
 
 from cyborg import conf as cyborg_conf
@@ -137,11 +138,14 @@ def record_app_states(monkeypatch):
 
 
 class StatementCounter:
-    """Counts the SQL queries engines run (not BEGIN and friends): those of
-    a ``Database`` are its ``engines``."""
+    """Counts the SQL queries engines run (not BEGIN and friends, nor the
+    write lock a SQLite writer begins with): those of a ``Database`` are
+    its ``engines``."""
 
     TRANSACTION_CONTROL = ('BEGIN', 'COMMIT', 'ROLLBACK', 'SAVEPOINT',
                            'RELEASE')
+    SQLITE_WRITE_LOCK = str(session.SQLITE_WRITE_LOCK.compile(
+        dialect=sqlite.dialect()))
 
     def __init__(self, *engines):
         self.engines = engines
@@ -151,8 +155,9 @@ class StatementCounter:
             sa.event.listen(engine, 'before_cursor_execute', self._seen)
 
     def _seen(self, conn, cursor, statement, parameters, context, many):
-        if not statement.lstrip().upper().startswith(
-                self.TRANSACTION_CONTROL):
+        if not (statement.lstrip().upper().startswith(
+                self.TRANSACTION_CONTROL)
+                or statement == self.SQLITE_WRITE_LOCK):
             self.statements.append(statement)
             self.threads.append(threading.get_ident())
 

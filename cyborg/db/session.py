@@ -2,18 +2,26 @@
 
 import contextlib
 import logging
-import weakref
 
 from oslo_db.sqlalchemy import enginefacade
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from cyborg.db import models
 from cyborg.db import prepared as db_prepared
 
 LOG = logging.getLogger(__name__)
 
-# The execution option that marks a connection as a writer's.
-_WRITER = 'cyborg_writer'
+# Marks a session whose transaction holds SQLite's write lock.
+_WRITE_LOCKED = 'cyborg_write_locked'
+
+# SQLite's write lock, taken by a write that changes nothing: a statement
+# that writes makes SQLite take the database's RESERVED lock, matched
+# rows or not (``cyborg.db.api.locking`` relies on the same). On a table
+# with no column written on update, so that nothing is computed for it.
+_LOCKED = models.ProjectQuotaLock.__table__
+SQLITE_WRITE_LOCK = sa.update(_LOCKED).where(sa.false()).values(
+    project_id=_LOCKED.c.project_id)
 
 
 class Database:
@@ -41,8 +49,6 @@ class Database:
         options['thread_checkin'] = False
         self._facade.configure(**options)
         self._sqlite = conf.database.connection.startswith('sqlite')
-        if self._sqlite:
-            self._facade.append_on_engine_create(_begin_writers_immediately)
 
     def warm_up(self):
         """Do now what the first statements would do on their way: start
@@ -58,12 +64,24 @@ class Database:
 
     @contextlib.contextmanager
     def writer(self, context):
+        """A session in a writer transaction of ``context`` (that of an
+        enclosing writer, if any), committed at the end of the ``with``
+        block, rolled back if it raises.
+
+        On SQLite the transaction's first statement takes the database's
+        write lock. A transaction that reads first and writes later
+        cannot upgrade its lock while another writer waits to commit:
+        SQLite answers "database is locked" at once instead of waiting.
+        Holding the lock from the start makes writers queue (for the busy
+        timeout) instead, as ``BEGIN IMMEDIATE`` would; oslo.db begins
+        every transaction with a plain ``BEGIN``.
+        """
         with self._facade.writer.using(context) as session:
-            # A writer nested in another shares its connection, which
-            # began as a writer's already.
-            if self._sqlite and not session.info.get(_WRITER):
-                session.connection(execution_options={_WRITER: True})
-                session.info[_WRITER] = True
+            # A writer nested in another shares its transaction, which
+            # took the lock already.
+            if self._sqlite and not session.info.get(_WRITE_LOCKED):
+                session.execute(SQLITE_WRITE_LOCK)
+                session.info[_WRITE_LOCKED] = True
             yield session
 
     def read_connection(self, context):
@@ -78,9 +96,8 @@ class Database:
         of an enclosing writer, if any), committed at the end of the
         ``with`` block, rolled back if it raises."""
         if self._sqlite:
-            # A writer's transaction must begin as one (see
-            # ``_begin_writers_immediately``), which a session can ask
-            # before its connection begins.
+            # Through a session, which takes the write lock first (see
+            # ``writer``).
             with self.writer(context) as session:
                 yield session.connection()
             return
@@ -164,41 +181,3 @@ def with_mysql_driver(url):
         return url
     return parsed.set(drivername='mysql+' + driver).render_as_string(
         hide_password=False)
-
-
-# The SQLite engines whose writers begin with ``BEGIN IMMEDIATE``.
-_IMMEDIATE_ENGINES = weakref.WeakSet()
-
-
-def _begin_writers_immediately(engine):
-    """Writers take SQLite's write lock when they begin.
-
-    A transaction that reads first and writes later cannot upgrade its
-    lock while another writer waits to commit: SQLite answers "database
-    is locked" at once instead of waiting. Taking the lock up front makes
-    writers queue (for the busy timeout) instead.
-
-    Called through enginefacade's ``append_on_engine_create``. oslo.db's
-    own listener sends a plain ``BEGIN`` unless the connection's
-    ``in_transaction`` marker is set, so this one must run first; and
-    SQLAlchemy ignores ``insert=True`` for connection events. Listeners
-    of the Engine class run before those of an engine, so it listens
-    there, once, and acts only on the engines registered here. It
-    begins the transaction and sets the marker, so oslo.db's listener
-    sends nothing, and oslo.db's commit and rollback listeners clear the
-    marker as usual. This is the one place that sends BEGIN as text:
-    oslo.db leaves SQLite's driver out of transactions (isolation_level
-    None), and only SQL text can ask for the IMMEDIATE lock.
-    """
-    _IMMEDIATE_ENGINES.add(engine)
-    if not sa.event.contains(sa.engine.Engine, 'begin', _begin):
-        sa.event.listen(sa.engine.Engine, 'begin', _begin)
-
-
-def _begin(connection):
-    if (connection.engine in _IMMEDIATE_ENGINES
-            and 'in_transaction' not in connection.info):
-        immediate = connection.get_execution_options().get(_WRITER)
-        connection.exec_driver_sql('BEGIN IMMEDIATE' if immediate
-                                   else 'BEGIN')
-        connection.info['in_transaction'] = True

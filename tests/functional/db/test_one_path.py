@@ -4,6 +4,8 @@ sent twice."""
 
 import os
 import sqlite3
+import threading
+import time
 import uuid as uuidlib
 
 import pytest
@@ -102,6 +104,41 @@ def test_inside_a_transaction_they_are_its_statements(db, admin_context):
         assert _names(db, admin_context) == ['inner']
         raise Undo()
     assert _names(db, admin_context) == []
+
+
+def test_writers_that_read_first_take_turns_instead_of_failing(
+        db, admin_context):
+    """Two writers that each read a row, then write it back changed: the
+    second waits for the first (on SQLite, for its write lock; on the
+    servers, for the row) and neither loses the other's change. On
+    SQLite, a writer that held only a read lock when it came to write
+    would be refused at once ("database is locked")."""
+    with db.write_connection(admin_context) as connection:
+        _add(connection, 'counter')
+    first_read = threading.Event()
+
+    def bump(context, hold):
+        with db.write_connection(context) as connection:
+            description = connection.execute(
+                sa.select(Profile.c.description).where(
+                    Profile.c.name == 'counter')
+                .with_for_update()).scalar_one()
+            if hold:
+                first_read.set()
+                time.sleep(0.3)  # the other writer comes meanwhile
+            connection.execute(sa.update(Profile).where(
+                Profile.c.name == 'counter').values(
+                description=(description or '') + 'x'))
+
+    contexts = [cyborg_context.admin_context(db) for _ in range(2)]
+    first = threading.Thread(target=bump, args=(contexts[0], True))
+    first.start()
+    assert first_read.wait(10)
+    bump(contexts[1], False)
+    first.join(10)
+
+    assert db.read_rows(admin_context, sa.select(Profile.c.description)
+                        ) == [('xx',)]
 
 
 @on_servers
