@@ -623,19 +623,38 @@ class Binder:
         return made
 
     def _mig_waiting(self, context, deployable, item):
-        """The profiles of the other instances Placement gave this GPU
-        that nothing was made for yet: best fit leaves them room. Boots
-        served from one snapshot of the traits arrive together, and the
-        first bind on a card may come before the others' requests do:
-        Placement's allocations on the GPU's provider know them all
-        (each instance's slices there name its profile), the database
-        only those being bound."""
+        """The profiles of the other requests given this GPU that nothing
+        was made for yet: best fit leaves them room. Boots served from
+        one snapshot of the traits arrive together, and the first bind on
+        a card may come before the others' requests do. The database
+        knows the requests whose binds reached this service (the other
+        ARQs of this ARQ's instance included); Placement's allocations on
+        the GPU's provider know the other instances as well, each by its
+        slices there."""
+        requests = db.requests_on_provider(context, item['device_rp_uuid'])
+        waiting = []
+        for other in requests:
+            if other['made'] or other['id'] == item['id']:
+                continue
+            try:
+                waiting.append(mig.profile_asked(other['group']))
+            except mig.NotAMIGRequest:
+                continue  # its own bind refuses it
+        known = {other['instance_uuid'] for other in requests}
+        waiting += self._mig_claims_waiting(context, deployable, item, known)
+        return waiting[:MAX_MIG_WAITING]
+
+    def _mig_claims_waiting(self, context, deployable, item, known):
+        """The profiles of the instances Placement gave this GPU whose
+        binds did not reach this service yet (not in ``known``), each
+        named by the slices it holds there; none when Placement cannot
+        be read."""
         placement = self._placement()
         card = device_mig.card_of(
             *(str((deployable['std_board_info'] or {}).get(key) or '')
               for key in ('vendor_id', 'product_id')))
         if placement is None or card is None:
-            return self._mig_binds_waiting(context, deployable, item)
+            return []
         try:
             claims = placement.get_provider_allocations(
                 item['device_rp_uuid'])
@@ -644,23 +663,11 @@ class Binder:
             LOG.warning('ARQ %s: the allocations on %s could not be read, '
                         'best fit weighs only the binds under way: %s',
                         item['uuid'], deployable['name'], exc)
-            return self._mig_binds_waiting(context, deployable, item)
-        made = db.instances_made_on(context, deployable['id'])
-        waiting = [mig.profile_of_slices(card, resources)
+            return []
+        waiting = (mig.profile_of_slices(card, resources)
                    for consumer, resources in sorted(claims.items())
-                   if consumer != item['instance_uuid']
-                   and consumer not in made]
-        return [name for name in waiting if name][:MAX_MIG_WAITING]
-
-    def _mig_binds_waiting(self, context, deployable, item):
-        """The profiles of the other binds of this GPU under way."""
-        waiting = []
-        for other in db.binds_waiting(context, deployable['id'], item['id']):
-            try:
-                waiting.append(mig.profile_asked(other['group']))
-            except mig.NotAMIGRequest:
-                continue  # its own bind refuses it
-        return waiting[:MAX_MIG_WAITING]
+                   if consumer not in known)
+        return [name for name in waiting if name]
 
     def _follow_mig_traits(self, context, deployable, creatable,
                            stranded=None):

@@ -338,10 +338,10 @@ class ExtendedAcceleratorRequest(TimestampMixin, Base):
         sa.Index('ix_extended_accelerator_requests_state', 'state'),
         sa.Index('ix_extended_accelerator_requests_nova_event_pending',
                  'nova_event_pending'),
-        # A MIG bind reads the other ARQs of its GPU (what was made on it,
-        # what waits for it) inside the GPU's lock.
-        sa.Index('ix_extended_accelerator_requests_deployable_id',
-                 'deployable_id'),
+        # A MIG bind reads the other ARQs of its GPU's provider inside
+        # the GPU's lock.
+        sa.Index('ix_extended_accelerator_requests_device_rp_uuid',
+                 'device_rp_uuid'),
         # Ids are never reused (SQLite would give a deleted newest id
         # again, to an ARQ that a bind of the old one would then touch).
         {'sqlite_autoincrement': True},

@@ -522,7 +522,7 @@ def _deadline(timeout):
 @_retry_on_deadlock
 def claim_binds(context, uuids, conductor, timeout):
     """Make this conductor the owner of the BindStarted ARQs of ``uuids``
-    and return what binding them needs (see ``_BIND_COLUMNS``).
+    and return what binding them needs (see ``_bind_work``).
 
     Each claimed ARQ gets a deadline ``timeout`` seconds away (renewed
     as its bind really starts, ``renew_deadlines``). An ARQ already
@@ -600,14 +600,17 @@ def unfinished_binds(context, conductor):
             ARQ.bind_deadline.is_not(None)))
 
 
-def _bind_work(session, where):
+def _bind_work(session, where, **extra):
+    """What binding each ARQ ``where`` selects needs, oldest first, with
+    the columns of ``extra`` by name."""
     rows = session.execute(
         sa.select(ARQ.id, ARQ.uuid, ARQ.hostname, ARQ.device_rp_uuid,
                   ARQ.instance_uuid, ARQ.project_id, ARQ.bind_started_at,
                   ARQ.device_profile_id,
                   ARQ.device_profile_group_id,
                   ARQ.attach_handle_id, Profile.name.label('profile_name'),
-                  Revision.profile_json)
+                  Revision.profile_json,
+                  *(column.label(name) for name, column in extra.items()))
         .join(Profile, Profile.id == ARQ.device_profile_id)
         # The groups of the revision the ARQ was made from.
         .join(Revision, sa.and_(
@@ -1342,25 +1345,16 @@ def mig_cards_of_host(context, hostname):
     return [dict(row._mapping) for row in rows]
 
 
-def binds_waiting(context, deployable_id, arq_id):
-    """The other ARQs being bound to deployable ``deployable_id`` that
-    nothing was made for yet, as bind work, oldest first: what its host
-    will be asked to make after ARQ ``arq_id``."""
+def requests_on_provider(context, rp_uuid):
+    """The ARQs being bound or bound to provider ``rp_uuid``, as bind work
+    with ``made`` (whether their host made what they asked for yet),
+    oldest first: what the claims on that provider stand for, where their
+    binds reached this service."""
     with context.db.reader(context) as session:
         return _bind_work(session, sa.and_(
-            ARQ.deployable_id == deployable_id, ARQ.id != arq_id,
-            ARQ.state == states.BIND_STARTED,
-            ARQ.attach_details.is_(None)))
-
-
-def instances_made_on(context, deployable_id):
-    """The instances whose ARQs hold what their bind made on deployable
-    ``deployable_id`` (their allocations there are accounted for)."""
-    with context.db.read_connection(context) as connection:
-        return set(connection.execute(
-            sa.select(ARQ.instance_uuid).where(
-                ARQ.deployable_id == deployable_id,
-                ARQ.attach_details.is_not(None))).scalars())
+            ARQ.device_rp_uuid == rp_uuid,
+            ARQ.state.in_([states.BIND_STARTED, states.BOUND])),
+            made=ARQ.attach_details.is_not(None))
 
 
 def instance_requests(context, instance_uuid):

@@ -281,21 +281,21 @@ def test_without_placement_a_bind_leaves_room_for_binds_under_way(
     monkeypatch.setattr(placement_client.PlacementClient,
                         'get_provider_allocations', unreadable)
     entered = threading.Event()
-    waiting = binding.Binder._mig_binds_waiting
+    waiting = binding.Binder._mig_waiting
     seen = []
 
     def once_the_other_waits(self, context, deployable, item):
         if not entered.is_set():
             entered.set()
             deadline = time.monotonic() + 10
-            while (not arqs_db.binds_waiting(context, deployable['id'],
-                                             item['id'])
+            while (len(arqs_db.requests_on_provider(
+                    context, item['device_rp_uuid'])) < 2
                    and time.monotonic() < deadline):
                 time.sleep(0.02)
         seen.append(waiting(self, context, deployable, item))
         return seen[-1]
 
-    monkeypatch.setattr(binding.Binder, '_mig_binds_waiting',
+    monkeypatch.setattr(binding.Binder, '_mig_waiting',
                         once_the_other_waits)
     bound = {}
     small = binding_in_thread(rig, bound, 'small', '1g.10gb')
@@ -309,6 +309,38 @@ def test_without_placement_a_bind_leaves_room_for_binds_under_way(
         'Bound', 'Bound']
     assert int(bound['small']['attach_handle_info']['start']) >= 4
     assert bound['large']['attach_handle_info']['start'] == '0'
+    assert rig.counted()['refused'] == 0
+
+
+def test_two_requests_of_one_instance_on_one_gpu_leave_each_other_room(
+        rig, admin_context):
+    """One instance asks for a 1g.10gb and a 4g.40gb of the same GPU (one
+    device profile of two groups, bound in one PATCH): its claim there is
+    their sum, which names no profile. The 1g.10gb, made first, leaves
+    the 4g.40gb its only start, slot 0."""
+    arq_stack.make_profile(admin_context, 'mig-pair', [
+        {'resources:CUSTOM_MIG_COMPUTE_SLICE': '1',
+         'resources:CUSTOM_MIG_MEMORY_SLICE': '1',
+         'trait:CUSTOM_MIG_PROFILE_1G_10GB': 'required'},
+        {'resources:CUSTOM_MIG_COMPUTE_SLICE': '4',
+         'resources:CUSTOM_MIG_MEMORY_SLICE': '4',
+         'trait:CUSTOM_MIG_PROFILE_4G_40GB': 'required'}])
+    instance = str(uuid.uuid4())
+    rig.placement.put_allocations(instance, {rig.rp: {'resources': {
+        'CUSTOM_MIG_COMPUTE_SLICE': 5, 'CUSTOM_MIG_MEMORY_SLICE': 5}}},
+        None, 'demo-project', 'demo-user', 'INSTANCE')
+    arqs = rig.api.post_json(ARQS, {
+        'device_profile_name': 'mig-pair'}).json['arqs']
+
+    rig.api.patch_json(ARQS, arq_stack.bind_body(arqs, rig.rp, instance,
+                                                 HOST))
+    bound = arq_stack.wait_resolved(rig.api, instance)
+
+    assert [a['state'] for a in bound] == ['Bound', 'Bound'], bound
+    made = {a['attach_handle_info']['mig_profile']:
+            int(a['attach_handle_info']['start']) for a in bound}
+    assert made['4g.40gb'] == 0
+    assert made['1g.10gb'] >= 4
     assert rig.counted()['refused'] == 0
 
 
