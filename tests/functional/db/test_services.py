@@ -295,16 +295,20 @@ def test_the_watch_looks_again_when_the_oldest_peer_expires(admin_context,
     assert alone.seconds_to_expiry(now) is None
 
 
-def test_a_watch_past_the_expiry_finds_the_peer_gone(admin_context, db):
+def test_a_watch_past_the_expiry_finds_the_peer_gone(admin_context, db,
+                                                    monkeypatch):
     for host in ('ctl-1', 'ctl-2'):
         services_db.heartbeat(admin_context, host, CONDUCTOR)
     age(db, 'ctl-2', CONDUCTOR, DOWN_AFTER - 1)
     membership = _membership(admin_context, 'ctl-1')
     assert membership.live == ('ctl-1', 'ctl-2')
-    due = membership.seconds_to_expiry()
+    now = services_db.precise_utcnow()
+    due = membership.seconds_to_expiry(now)
     assert 0.1 <= due <= 1.1
-    # What the clock shows when the watch wakes: the expiry has passed.
-    age(db, 'ctl-2', CONDUCTOR, DOWN_AFTER - 1 + due)
+    # The clock when the watch wakes, ``due`` seconds on (not the time
+    # this test takes): the expiry has passed.
+    monkeypatch.setattr(services_db, 'precise_utcnow', lambda: (
+        now + datetime.timedelta(seconds=due)))
     moved = []
     heartbeat = membership_mod.Heartbeat(
         admin_context, membership, '1', '1',
