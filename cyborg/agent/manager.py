@@ -47,7 +47,6 @@ topic, where any conductor takes them (and passes a report on to the
 owner).
 """
 
-import collections
 import functools
 import json
 import pathlib
@@ -77,6 +76,7 @@ from cyborg.agent import device_config
 from cyborg.agent import device_state
 from cyborg.agent import mdev_restore
 from cyborg.agent import mig_restore
+from cyborg.agent import released
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.agent import scrub
 from cyborg.clients import placement as placement_client
@@ -244,10 +244,11 @@ class AgentManager:
         # that one. A handle's uuid is new at each bind, so a late
         # release cannot reach the next bind's instance.
         self._made_for = {}
-        # Uuids of handles released here (those made at bind), newest
-        # last: a prepare that arrives after its handle's release (RPC
-        # does not order two calls) would make what no one releases.
-        self._released = collections.OrderedDict()
+        # Uuids of handles released here (those made at bind): a prepare
+        # that arrives after its handle's release (RPC does not order two
+        # calls) would make what no one releases. Kept across restarts.
+        self._released = released.ReleasedHandles(conf.state_path,
+                                                  RELEASED_KEPT)
         # The MIG instances of binds, put back before the first report.
         self.mig_restore = mig_restore.MIGRestore(
             conf.host, drivers, conductor, self._context,
@@ -323,7 +324,7 @@ class AgentManager:
             extra['details'] = kinds[1].load(details) if kinds else details
         with self._handle_lock(driver_name, handle):
             if handle.attach_type in FENCED_AFTER_RELEASE:
-                self._remember_released(uuid)
+                self._released.add(uuid)
             if details is None and uuid in self._made_for:
                 LOG.info('Release of %s attach handle %s for ARQ %s names '
                          'nothing: its bind never heard what was made; '
@@ -644,12 +645,6 @@ class AgentManager:
         raise agent_rpcapi.NotOnThisHost(
             'Driver %s on host %s finds no device at %s'
             % (driver.name, self.conf.host, _address_text(controlpath_info)))
-
-    def _remember_released(self, uuid):
-        self._released[uuid] = True
-        self._released.move_to_end(uuid)
-        while len(self._released) > RELEASED_KEPT:
-            self._released.popitem(last=False)
 
     def _handle_lock(self, driver_name, handle):
         """One prepare or release at a time per attach handle: a late

@@ -513,3 +513,39 @@ def test_a_prepare_that_arrives_after_its_release_makes_nothing(card):
     assert card.held() == []
     # The next bind of the slot has a uuid of its own.
     assert card.bind('3g.40gb')['mig_profile'] == '3g.40gb'
+
+
+
+def test_a_release_is_remembered_across_an_agent_restart(
+        tmp_path, monkeypatch, serve_agent, privileged_on,
+        mig_nvml, daemon_lists_h100):  # noqa: F811
+    """The same late prepare, with the agent restarted between the
+    release and the prepare: the released uuid is read back from
+    ``[DEFAULT] state_path``, and nothing is made."""
+    root = tmp_path / 'host'
+    library = drivers_conftest.h100_on_demand_host(
+        root, monkeypatch, privileged_on, mig_nvml)
+    state = tmp_path / 'state'
+    state.mkdir()
+
+    def started(exchange):
+        # Each agent on an exchange of its own: in-process servers of one
+        # topic share its messages.
+        conf = agent_conf({**ON_DEMAND, (None, 'state_path'): str(state),
+                           (None, 'control_exchange'): exchange})
+        driver = nvidia.NvidiaGPUDriver(conf, pci.PCIReader(str(root)))
+        return Card(serve_agent(conf, [driver]), driver, library)
+
+    before = started('before')
+    before.uuids[0] = str(uuid.uuid4())
+    with pytest.raises(base.DriverError, match='names none'):
+        before.unbind(None)
+
+    after = started('after')
+    after.uuids = before.uuids
+    with pytest.raises(exception.Conflict) as late:
+        after.bind('3g.40gb', again=True)
+
+    assert 'was released before this prepare' in late.value.message
+    assert after.held() == []
+    assert after.bind('3g.40gb')['mig_profile'] == '3g.40gb'
