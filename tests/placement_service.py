@@ -70,7 +70,12 @@ def migrate_schema(path):
     With Placement's own alembic migrations, as ``placement-manage db
     sync`` does.
     """
-    url = 'sqlite:///%s' % path
+    migrate('sqlite:///%s' % path)
+    return path
+
+
+def migrate(url):
+    """Create Placement's schema in the empty database at ``url``."""
     engine = engines.create_engine(url)
     reset = _patch_placement_engine(_placement_conf(url), engine)
     try:
@@ -78,20 +83,23 @@ def migrate_schema(path):
     finally:
         reset()
         engine.dispose()
-    return path
 
 
 class PlacementService:
-    """Placement's WSGI app on its own SQLite file."""
+    """Placement's WSGI app on its own SQLite file, or on the empty
+    database at ``connection`` (a MariaDB or PostgreSQL URL)."""
 
-    def __init__(self, directory, schema_template=None):
+    def __init__(self, directory, schema_template=None, connection=None):
         self.db_path = directory / 'placement.sqlite'
-        if schema_template:
+        if connection:
+            migrate(connection)
+        elif schema_template:
             # Copying a migrated file is much faster than migrating again.
             shutil.copyfile(schema_template, self.db_path)
         else:
             migrate_schema(self.db_path)
-        self.conf = _placement_conf('sqlite:///%s' % self.db_path)
+        self.conf = _placement_conf(connection
+                                    or 'sqlite:///%s' % self.db_path)
         self.app = None
         self.url = None
         self._engine = None
@@ -105,7 +113,7 @@ class PlacementService:
                 raise RuntimeError(
                     'A Placement is already running in this process (%s); '
                     'Placement keeps one database per process.'
-                    % _active[0].db_path)
+                    % _active[0].conf.placement_database.connection)
             _active.append(self)
         # A throwaway database need not survive a power cut: without
         # fsync each request is several times faster.

@@ -3,6 +3,7 @@
     python tools/bench/mig_churn.py [--requests 700] [--warmup 3]
         [--seed 1] [--cards 8] [--boots 1,16] [--mixes uniform,small-heavy]
         [--loads 0.7,0.9] [--rules best-fit,lowest-slot]
+        [--db sqlite|mysql|postgresql]
 
 The churn of ``tools/bench/mig_churn_sim.py`` (its arrivals: Poisson,
 exponential lifetimes of mean 1, the ``uniform`` and ``small-heavy``
@@ -17,13 +18,17 @@ mixes, the load in compute slices), played against one host of
   privileged calls run in this process, their checks included;
 - the agent (NVIDIA driver), the conductor (``Binder`` and ``HostSync``)
   and the API (WebTest) on oslo.messaging's in-process transport, on
-  SQLite; the agent reports its host through the conductor, which syncs
-  it to a real Placement (openstack-placement in this process, on its
-  own SQLite), once at the start and again whenever a card refused a
-  bind, as it does in service; a device profile per MIG profile, asking
-  for its slices (and media engine) and requiring its trait. The
-  transport's listeners look for messages every 50 ms; here they wake
-  at each delivery instead, as a broker pushes them;
+  SQLite (``--db``: MariaDB or PostgreSQL); the agent reports its host
+  through the conductor, which syncs it to a real Placement
+  (openstack-placement in this process, on its own database of the same
+  engine), once at the start and again whenever a card refused a bind,
+  as it does in service. Placement on SQLite answers some concurrent
+  writes "database is locked" (its transactions read before they
+  write): a host sync that fails so leaves a card's traits stale until
+  the next, which ``--db mysql`` does not. A device profile per MIG
+  profile, asking for its slices (and media engine) and requiring its
+  trait. The transport's listeners look for messages every 50 ms; here
+  they wake at each delivery instead, as a broker pushes them;
 - Nova: this script, with the stand-in of its external-events endpoint
   (``tests/nova_events.py``, served on 127.0.0.1, checking each event
   with Nova's schema) that the conductor tells of each bind.
@@ -267,13 +272,15 @@ def wake_listeners_on_delivery(monkeypatch):
 
 
 @contextlib.contextmanager
-def host_stack(directory, cards):
-    """The whole stack of one host with ``cards`` H100s, started."""
+def host_stack(directory, cards, engine='sqlite'):
+    """The whole stack of one host with ``cards`` H100s, started; this
+    service's and Placement's databases on ``engine``."""
     addresses = gpu_addresses(cards)
     with contextlib.ExitStack() as stack:
         monkeypatch = stack.enter_context(pytest.MonkeyPatch.context())
         wake_listeners_on_delivery(monkeypatch)
-        url = db_servers.create_database('sqlite', directory)
+        url = db_servers.create_database(engine, directory)
+        stack.callback(db_servers.drop_database, url)
         create_schema(url)
         conf = make_conf(url)
         conf.set_override('host', HOST)
@@ -289,8 +296,13 @@ def host_stack(directory, cards):
         stack.callback(nova.stop)
         nova.configure(conf)
 
+        placement_url = None
+        if engine != 'sqlite':
+            placement_url = db_servers.create_database(engine, directory)
+            stack.callback(db_servers.drop_database, placement_url)
         placement = PlacementService(
-            _directory(directory, 'placement')).start()
+            _directory(directory, 'placement'),
+            connection=placement_url).start()
         stack.callback(placement.stop)
 
         root = _directory(directory, 'host')
@@ -734,6 +746,9 @@ def parse_args(argv):
                         help='[conductor] mig_move_on_refusal off: a bind '
                         'its card refuses fails instead of moving to '
                         'another card of the host')
+    parser.add_argument('--db', default='sqlite', choices=db_servers.ENGINES,
+                        help='the engine of this service\'s and Placement\'s '
+                        'databases (default sqlite; mysql is MariaDB)')
     parser.add_argument('--log-level', default='ERROR',
                         help='of the services\' logs on stderr (the '
                         'refusals are WARNING; default ERROR)')
@@ -771,12 +786,12 @@ def main(argv=None, out=None):
           '%d counted requests per row after %g mean lifetimes of warm-up; '
           'card refusals (binds failed) and moves (refused by their card, '
           'bound on another of the host) in %% of the requests Placement '
-          'accepted; moves %s'
+          'accepted; moves %s; databases on %s'
           % (args.cards, CARD.name, args.seed, args.requests, args.warmup,
-             'off' if args.no_moves else 'on'),
+             'off' if args.no_moves else 'on', args.db),
           file=stream, flush=True)
     with tempfile.TemporaryDirectory(prefix='mig-churn-') as directory, \
-            host_stack(directory, args.cards) as stack:
+            host_stack(directory, args.cards, args.db) as stack:
         rows = table(stack, args)
     print_table([HEADER] + [r[0] for r in rows] + totals(rows), stream)
     print('event-*: the bind\'s PATCH to Nova\'s event, this machine, the '
