@@ -17,6 +17,7 @@ ignored; the file is rewritten (atomically) when it holds twice
 import collections
 import logging
 import os
+import threading
 import uuid as uuidlib
 
 LOG = logging.getLogger(__name__)
@@ -28,6 +29,9 @@ class ReleasedHandles:
 
     def __init__(self, state_path, kept):
         self.kept = kept
+        # Releases of different handles run at once (RPC threads): one
+        # append or rewrite of the file at a time.
+        self._lock = threading.Lock()
         self._uuids = collections.OrderedDict()
         self._lines = 0
         self.path = (os.path.join(state_path, FILE_NAME)
@@ -50,15 +54,16 @@ class ReleasedHandles:
 
     def add(self, uuid):
         """Remember ``uuid`` (on disk first, where there is a file)."""
-        if self.path is not None:
-            if self._lines >= 2 * self.kept:
-                self._rewrite()
-            with open(self.path, 'a', encoding='ascii') as f:
-                f.write(uuid + '\n')
-                f.flush()
-                os.fsync(f.fileno())
-            self._lines += 1
-        self._remember(uuid)
+        with self._lock:
+            if self.path is not None:
+                if self._lines >= 2 * self.kept:
+                    self._rewrite()
+                with open(self.path, 'a', encoding='ascii') as f:
+                    f.write(uuid + '\n')
+                    f.flush()
+                    os.fsync(f.fileno())
+                self._lines += 1
+            self._remember(uuid)
 
     def _remember(self, text):
         try:
