@@ -163,12 +163,20 @@ def apply_host_inventory(context, inventory):
     report that contradicts itself (repeated keys, unknown parents).
     """
     _validate(inventory)
-    with context.db.read_connection(context) as connection:
-        stored = inventory_db.read_host(connection, inventory.hostname)
-    plan = _Plan(inventory, stored)
+    plan = _Plan(inventory, _read_host(context, inventory.hostname))
     if not plan.has_writes():
         return InventoryChanges(inventory.hostname, plan)
     return _apply_locked(context, inventory)
+
+
+# Readers do not take the host's lock: a torn read (a report of the host
+# committed between the read's statements) is read again.
+@oslo_db_api.wrap_db_retry(max_retries=5, retry_interval=0.01,
+                           exception_checker=lambda exc: isinstance(
+                               exc, inventory_db.TornRead))
+def _read_host(context, hostname):
+    with context.db.read_connection(context) as connection:
+        return inventory_db.read_host(connection, hostname)
 
 
 # A deadlock means another conductor wrote the same host at the same
@@ -197,10 +205,8 @@ def host_deployables(context, hostname, missing_ids=()):
     caller names those in ``missing_ids`` (``InventoryChanges.missing_ids``
     of the host's last report).
     """
-    with context.db.read_connection(context) as connection:
-        stored = inventory_db.read_host(connection, hostname)
     listing = []
-    for device in stored:
+    for device in _read_host(context, hostname):
         for deployable in device.deployables.values():
             listing.append(_stored_listing(
                 deployable, device,

@@ -166,11 +166,23 @@ _READ_HANDLES = (
     .where(devices.c.hostname == sa.bindparam('hostname')))
 
 
+class TornRead(Exception):
+    """``read_host``'s statements saw different commits.
+
+    PostgreSQL reads each statement of a READ COMMITTED transaction at
+    its own snapshot: a report of the host committed between them leaves
+    deployables whose device was not read, or handles whose deployable
+    was not. Only a reader that does not hold the host's lock
+    (``lock_host``) can see one.
+    """
+
+
 def read_host(connection, hostname):
     """The host's devices, each with deployables, attributes and handles.
 
     Three statements. A device with several control paths is keyed by
-    the first one (lowest id); its other rows are ignored.
+    the first one (lowest id); its other rows are ignored. Raises
+    ``TornRead`` where a write of the host committed between them.
     """
     params = {'hostname': hostname}
     found = {}
@@ -184,15 +196,21 @@ def read_host(connection, hostname):
     for row in connection.execute(_READ_DEPLOYABLES, params):
         deployable = by_id.get(row[0])
         if deployable is None:
+            device = found.get(row[2])
+            if device is None:
+                raise TornRead(hostname)
             deployable = by_id[row[0]] = StoredDeployable(
                 *row[:11], bool(row[11]))
-            found[row[2]].deployables[row[3]] = deployable
+            device.deployables[row[3]] = deployable
         if row[12] is not None:
             deployable.attributes[row[13]] = StoredAttribute(row[12],
                                                              row[14])
 
     for row in connection.execute(_READ_HANDLES, params):
-        by_id[row[2]].handles.append(StoredHandle(
+        deployable = by_id.get(row[2])
+        if deployable is None:
+            raise TornRead(hostname)
+        deployable.handles.append(StoredHandle(
             row[0], row[1], row[2], row[3], row[4], bool(row[5]),
             bool(row[6])))
     return list(found.values())

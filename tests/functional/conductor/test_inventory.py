@@ -292,6 +292,43 @@ def test_concurrent_first_reports_write_the_host_once(db):
     assert len(rows(db, models.AttachHandle)) == 17
 
 
+@pytest.mark.parametrize('database_url', ['mysql', 'postgresql'],
+                         indirect=True)
+def test_a_report_committed_while_another_is_read_tears_no_read(db):
+    """A conductor reads the host (no lock) while another conductor
+    commits the same first report between the read's statements; on the
+    engines where a write need not wait for a reader."""
+    report = host(*fake_devices(), gpu('81'))
+    reader = threading.current_thread()
+    committed = []
+
+    def other_conductor():
+        apply(cyborg_context.admin_context(db), report)
+        committed.append(True)
+
+    @sa.event.listens_for(db.engine, 'after_cursor_execute')
+    def commit_after_the_devices_read(conn, cursor, statement, *args):
+        if (threading.current_thread() is reader and not committed
+                and 'FROM devices' in statement):
+            writer = threading.Thread(target=other_conductor)
+            writer.start()
+            writer.join(timeout=60)
+
+    try:
+        changes = apply(cyborg_context.admin_context(db), report)
+    finally:
+        sa.event.remove(db.engine, 'after_cursor_execute',
+                        commit_after_the_devices_read)
+
+    assert committed == [True]
+    # The other conductor wrote the host; this one found it done.
+    assert not changes.changed
+    assert [d.name for d in changes.deployables] == ['FakeDevice', 'gpu_81']
+    assert len(rows(db, models.Device)) == 2
+    assert len(rows(db, models.Deployable)) == 2
+    assert len(rows(db, models.AttachHandle)) == 17
+
+
 def test_reports_leave_operator_attributes_alone(admin_context, db):
     apply(admin_context, host(*fake_devices()))
     [deployable] = rows(db, models.Deployable)
