@@ -158,6 +158,13 @@ def _usable_member(deployable):
                 deployable['quarantined'], deployable['health_override']))
 
 
+def _mig_traits_count(card):
+    """How many MIG profiles the GPU's provider says it can still
+    create: fewer is fuller."""
+    return sum(1 for trait in card['traits'] or ()
+               if trait.startswith(mig.TRAIT_PREFIX))
+
+
 def _same_host(a, b):
     # Nova may name the host by FQDN where the agent used the short name.
     return a == b or (a or '').split('.')[0] == (b or '').split('.')[0]
@@ -484,6 +491,10 @@ class Binder:
                                                     deployable, handle)
         first = handle
         tried = set()
+        if (item.get('attach_handle_id') is None
+                and self.conf.conductor.mig_gpu_choice == 'fullest'):
+            deployable, handle = self._pack_mig_request(
+                context, item, deployable, handle, profile, tried)
         while True:
             tried.add(deployable['id'])
             try:
@@ -516,30 +527,64 @@ class Binder:
     def _placement(self):
         return self.sync.client if self.sync is not None else None
 
-    def _mig_cards(self, context, deployable, profile, tried):
-        """The other usable GPUs of the host that say they can place
-        ``profile`` now, fullest first (their traits list fewer
-        profiles): larger holes are kept for larger profiles."""
+    def _mig_cards(self, context, deployable, profile, tried, cards=None):
+        """The other usable GPUs of the host (of ``cards``, else read)
+        that say they can place ``profile`` now, fullest first (their
+        traits list fewer profiles): larger holes are kept for larger
+        profiles."""
+        if cards is None:
+            cards = db.mig_cards_of_host(context, deployable['hostname'])
         trait = mig.profile_trait(profile)
-        cards = [card for card in db.mig_cards_of_host(
-                     context, deployable['hostname'])
+        cards = [card for card in cards
                  if card['id'] not in tried and _usable_member(card)
                  and card['driver_name'] == deployable['driver_name']
                  and trait in (card['traits'] or ())]
-        return sorted(cards, key=lambda card: (
-            sum(1 for t in card['traits'] if t.startswith(mig.TRAIT_PREFIX)),
-            card['id']))
+        return sorted(cards, key=lambda card: (_mig_traits_count(card),
+                                               card['id']))
+
+    def _pack_mig_request(self, context, item, deployable, handle,
+                          profile, tried):
+        """``[conductor] mig_gpu_choice = fullest``: move the request to
+        the GPU of the host that offers the fewest profiles among those
+        that offer this one, where that is fuller than the GPU Nova's
+        claim names and Placement gives it the room. ``(deployable,
+        handle)`` the bind goes on with."""
+        placement = self._placement()
+        if placement is None:
+            return deployable, handle
+        cards = db.mig_cards_of_host(context, deployable['hostname'])
+        own = next((card for card in cards
+                    if card['id'] == deployable['id']), None)
+        if own is None:
+            return deployable, handle
+        fuller = [card for card in self._mig_cards(
+                      context, deployable, profile, {own['id']}, cards)
+                  if _mig_traits_count(card) < _mig_traits_count(own)]
+        moved = self._move_to_first(context, item, deployable, handle,
+                                    profile, fuller, tried, 'packed')
+        return moved if moved is not None else (deployable, handle)
 
     def _move_mig_request(self, context, item, deployable, handle, profile,
                           tried):
         """Move the request to the first other GPU of the host whose
         provider Placement gives the room: ``(deployable, handle)`` of
         that GPU, or None when no GPU takes it (or moves are off)."""
+        if not self.conf.conductor.mig_move_on_refusal:
+            return None
+        return self._move_to_first(
+            context, item, deployable, handle, profile,
+            self._mig_cards(context, deployable, profile, tried), tried,
+            'moved')
+
+    def _move_to_first(self, context, item, deployable, handle, profile,
+                       cards, tried, outcome):
+        """Move the request to the first of ``cards`` whose provider
+        Placement gives the room; counted as ``outcome``."""
         placement = self._placement()
-        if placement is None or not self.conf.conductor.mig_move_on_refusal:
+        if placement is None:
             return None
         resources = inventory.resources_asked(item['group'])
-        for card in self._mig_cards(context, deployable, profile, tried):
+        for card in cards:
             tried.add(card['id'])
             try:
                 mig_move.move(placement, item['instance_uuid'], resources,
@@ -560,10 +605,15 @@ class Binder:
                 mig_move.move(placement, item['instance_uuid'], resources,
                               card['rp_uuid'], item['device_rp_uuid'])
                 continue
-            LOG.info('ARQ %s: %s is too fragmented for %s; moved to %s of '
-                     'the same host', item['uuid'], deployable['name'],
-                     profile, card['name'])
-            self.metrics.mig_instances.labels('moved').inc()
+            if outcome == 'moved':
+                LOG.info('ARQ %s: %s is too fragmented for %s; moved to %s '
+                         'of the same host', item['uuid'], deployable['name'],
+                         profile, card['name'])
+            else:
+                LOG.info('ARQ %s: %s moved to %s, the fullest GPU of the '
+                         'host that offers it', item['uuid'], profile,
+                         card['name'])
+            self.metrics.mig_instances.labels(outcome).inc()
             item['device_rp_uuid'] = card['rp_uuid']
             return card, new
         return None

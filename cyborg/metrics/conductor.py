@@ -29,7 +29,7 @@ RECOVERY_WORKERS = ('bind-takeover', 'overdue-binds', 'deletions',
                     'nova-events')
 RUN_OUTCOMES = ('ok', 'database_down', 'error')
 PLACEMENT_METHODS = ('GET', 'POST', 'PUT', 'DELETE')
-MIG_OUTCOMES = ('created', 'destroyed', 'moved', 'refused')
+MIG_OUTCOMES = ('created', 'destroyed', 'moved', 'packed', 'refused')
 SCRUB_RESULTS = ('passed', 'failed')
 
 # A report is a diff and a Placement sync: milliseconds to a minute.
@@ -88,7 +88,9 @@ class ConductorMetrics:
             'cyborg_conductor_mig_instances', 'MIG instances made on '
             'demand that this conductor asked agents for, by outcome: '
             'created, destroyed, moved (its GPU refused it, another GPU '
-            'of the host took it) or refused (the bind failed).', ['outcome'],
+            'of the host took it), packed (moved to the fullest GPU that '
+            'offers it: [conductor] mig_gpu_choice) or refused (the bind '
+            'failed).', ['outcome'],
             **on)
         for outcome in MIG_OUTCOMES:
             self.mig_instances.labels(outcome)

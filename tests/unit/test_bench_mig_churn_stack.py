@@ -20,14 +20,16 @@ def bench():
 
 
 # Sixteen at a time with both databases on MariaDB, as ``--db mysql``
-# runs it.
-@pytest.mark.parametrize('boots,engine', [(1, 'sqlite'), (16, 'mysql')])
-def test_every_request_ends_placed_or_refused_once(bench, boots, engine):
+# runs it; one at a time with the conductor packing GPUs.
+@pytest.mark.parametrize('boots,engine,choice', [(1, 'sqlite', 'fullest'),
+                                                 (16, 'mysql', 'scheduler')])
+def test_every_request_ends_placed_or_refused_once(bench, boots, engine,
+                                                   choice):
     out = io.StringIO()
     rows = bench.main(['--requests', '20', '--warmup', '1', '--mixes',
                        'uniform', '--loads', '0.9', '--boots', str(boots),
                        '--rules', 'best-fit', '--seed', 'smoke',
-                       '--db', engine], out=out)
+                       '--db', engine, '--gpu-choice', choice], out=out)
 
     (cells, row), = rows
     assert cells[:4] == ('uniform', '90%', str(boots), 'best-fit')
@@ -41,6 +43,6 @@ def test_every_request_ends_placed_or_refused_once(bench, boots, engine):
         # The traits Placement filters on are always current.
         assert row.card == 0
     printed = out.getvalue()
-    assert 'databases on %s' % engine in printed
+    assert 'GPU choice %s; databases on %s' % (choice, engine) in printed
     assert 'run time' in printed
     assert printed.count('best-fit') >= 2  # the row and its total

@@ -3,7 +3,7 @@
     python tools/bench/mig_churn.py [--requests 700] [--warmup 3]
         [--seed 1] [--cards 8] [--boots 1,16] [--mixes uniform,small-heavy]
         [--loads 0.7,0.9] [--rules best-fit,lowest-slot]
-        [--db sqlite|mysql|postgresql]
+        [--gpu-choice scheduler|fullest] [--db sqlite|mysql|postgresql]
 
 The churn of ``tools/bench/mig_churn_sim.py`` (its arrivals: Poisson,
 exponential lifetimes of mean 1, the ``uniform`` and ``small-heavy``
@@ -63,9 +63,11 @@ in Placement.
 
 Printed per mix, load, boots and rule: counted requests, placed, refused
 by Placement (% of requests), refused by the card (the bind failed, % of
-those Placement accepted), moved (refused by the card Placement chose,
-bound on another card of the host: ``[conductor] mig_move_on_refusal``,
-off with ``--no-moves``; % of those accepted), on the best-fit row the
+those Placement accepted), moved (bound on another card of the host than
+the one Nova claimed: refused by that card, ``[conductor]
+mig_move_on_refusal``, off with ``--no-moves``, or packed on a fuller
+one, ``[conductor] mig_gpu_choice``, ``--gpu-choice fullest``; % of
+those accepted), on the best-fit row the
 ratio of all refusals best-fit / lowest-slot, and the time from the
 bind's PATCH to Nova's event (p50, p99, in ms, wall clock of this
 process on this machine, the stand-in creating at once). A real H100
@@ -580,6 +582,8 @@ def run_row(stack, mix, load, boots, rule, args):
     stack.conf.set_override('mig_placement_rule', rule, group='conductor')
     stack.conf.set_override('mig_move_on_refusal', not args.no_moves,
                             group='conductor')
+    stack.conf.set_override('mig_gpu_choice', args.gpu_choice,
+                            group='conductor')
     warm, requests = arrivals(mix, load, args.cards, args.requests,
                               args.warmup, args.seed)
     nova = NovaBoots(stack, random.Random('%s/pick' % args.seed))
@@ -746,6 +750,11 @@ def parse_args(argv):
                         help='[conductor] mig_move_on_refusal off: a bind '
                         'its card refuses fails instead of moving to '
                         'another card of the host')
+    parser.add_argument('--gpu-choice', default='scheduler',
+                        choices=('scheduler', 'fullest'),
+                        help='[conductor] mig_gpu_choice: the GPU Nova '
+                        'claimed (default), or the fullest that offers the '
+                        'profile')
     parser.add_argument('--db', default='sqlite', choices=db_servers.ENGINES,
                         help='the engine of this service\'s and Placement\'s '
                         'databases (default sqlite; mysql is MariaDB)')
@@ -784,11 +793,11 @@ def main(argv=None, out=None):
     print('%d x %s on one host, MIG instances on demand through the API, '
           'conductor, agent and a real Placement (NVML stand-in); seed %s; '
           '%d counted requests per row after %g mean lifetimes of warm-up; '
-          'card refusals (binds failed) and moves (refused by their card, '
-          'bound on another of the host) in %% of the requests Placement '
-          'accepted; moves %s; databases on %s'
+          'card refusals (binds failed) and moves (bound on another GPU of '
+          'the host than Nova claimed) in %% of the requests Placement '
+          'accepted; moves on refusal %s; GPU choice %s; databases on %s'
           % (args.cards, CARD.name, args.seed, args.requests, args.warmup,
-             'off' if args.no_moves else 'on', args.db),
+             'off' if args.no_moves else 'on', args.gpu_choice, args.db),
           file=stream, flush=True)
     with tempfile.TemporaryDirectory(prefix='mig-churn-') as directory, \
             host_stack(directory, args.cards, args.db) as stack:

@@ -127,7 +127,7 @@ def test_each_bind_gets_its_own_instance_and_the_traits_follow(rig):
     assert rig.offered() == ['1g.10gb', '1g.10gb+me', '1g.20gb', '2g.20gb',
                              '3g.40gb']
     assert rig.counted() == {'created': 5, 'destroyed': 1, 'moved': 0,
-                             'refused': 0}
+                             'packed': 0, 'refused': 0}
 
 
 # The refusal is the card's: one engine is enough.
@@ -145,7 +145,7 @@ def test_a_bind_the_card_cannot_place_fails_with_that_reason(rig):
     assert refused['state'] == 'BindFailed'
     assert len(rig.held()) == 1
     assert rig.counted() == {'created': 1, 'destroyed': 0, 'moved': 0,
-                             'refused': 1}
+                             'packed': 0, 'refused': 1}
 
 
 def test_an_arq_binds_by_the_profile_revision_it_was_made_from(rig):
@@ -444,7 +444,7 @@ def test_binds_racing_on_one_card_each_get_their_own_instance(rig):
     assert len({a['attach_handle_uuid'] for a in bound}) == 5
     assert rig.offered() == []
     assert rig.counted() == {'created': 5, 'destroyed': 0, 'moved': 0,
-                             'refused': 0}
+                             'packed': 0, 'refused': 0}
 
 
 def test_one_arq_bound_by_two_conductors_at_once_gets_one_instance(

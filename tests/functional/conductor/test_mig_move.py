@@ -81,6 +81,13 @@ class Rig(mig_host.Tenant):
             [arq], self.rps[address], instance, HOST))
         return arq
 
+    def offers(self, address):
+        """The MIG profile traits of the GPU's provider in Placement."""
+        return sorted(t for t in self.adapter.get(
+            '/resource_providers/%s/traits' % self.rps[address],
+            microversion=placement_client.MICROVERSION).json()['traits']
+            if t.startswith('CUSTOM_MIG_PROFILE_'))
+
     def counted(self, outcome):
         return self.metrics.registry.get_sample_value(
             'cyborg_conductor_mig_instances_total', {'outcome': outcome})
@@ -123,6 +130,46 @@ def test_a_request_its_gpu_cannot_place_moves_to_another_gpu(rig):
 
     assert rig.unbind(arq)['state'] == 'Unbound'
     assert rig.held_on(SECOND) == []
+
+
+def test_the_fullest_gpu_choice_packs_a_request_on_the_busier_gpu(rig,
+                                                                    conf):
+    conf.set_override('mig_gpu_choice', 'fullest', group='conductor')
+    busy = rig.bind_on('1g.10gb', FIRST)  # both empty: it stays
+    assert busy['device_rp_uuid'] == rig.rps[FIRST]
+    whole = rig.offers(SECOND)
+    assert 'CUSTOM_MIG_PROFILE_7G_80GB' in whole
+    instance = str(uuid.uuid4())
+    rig.claim(instance, SECOND, 1, 1)  # Nova took the empty GPU
+
+    arq = arq_stack.bind_one(rig.api, 'mig-1g.10gb', rig.rps[SECOND],
+                             instance, HOST)
+
+    assert arq['state'] == 'Bound', arq
+    assert arq['device_rp_uuid'] == rig.rps[FIRST]
+    assert rig.held_on(FIRST) == [('1g.10gb', 0), ('1g.10gb', 1)]
+    assert rig.held_on(SECOND) == []
+    assert rig.allocations(instance) == {
+        rig.rps[FIRST]: {COMPUTE: 1, MEMORY: 1}}
+    assert rig.offers(SECOND) == whole  # still whole for a 7g.80gb
+    assert (rig.counted('packed'), rig.counted('moved')) == (1, 0)
+
+
+# The choice is the conductor's: one engine is enough.
+@pytest.mark.parametrize('database_url', ['sqlite'], indirect=True)
+def test_the_scheduler_gpu_choice_keeps_the_gpu_nova_claimed(rig):
+    rig.bind_on('1g.10gb', FIRST)
+    instance = str(uuid.uuid4())
+    rig.claim(instance, SECOND, 1, 1)
+
+    arq = arq_stack.bind_one(rig.api, 'mig-1g.10gb', rig.rps[SECOND],
+                             instance, HOST)
+
+    assert arq['device_rp_uuid'] == rig.rps[SECOND]
+    assert rig.held_on(SECOND) == [('1g.10gb', 0)]
+    assert rig.allocations(instance) == {
+        rig.rps[SECOND]: {COMPUTE: 1, MEMORY: 1}}
+    assert rig.counted('packed') == 0
 
 
 # What is tried and refused is the conductor's: one engine is enough.
