@@ -492,7 +492,7 @@ class Binder:
         first = handle
         tried = set()
         if (item.get('attach_handle_id') is None
-                and self.conf.conductor.mig_gpu_choice == 'fullest'):
+                and self.conf.conductor.mig_gpu_choice != 'scheduler'):
             deployable, handle = self._pack_mig_request(
                 context, item, deployable, handle, profile, tried)
         while True:
@@ -544,11 +544,12 @@ class Binder:
 
     def _pack_mig_request(self, context, item, deployable, handle,
                           profile, tried):
-        """``[conductor] mig_gpu_choice = fullest``: move the request to
-        the GPU of the host that offers the fewest profiles among those
-        that offer this one, where that is fuller than the GPU Nova's
-        claim names and Placement gives it the room. ``(deployable,
-        handle)`` the bind goes on with."""
+        """``[conductor] mig_gpu_choice`` ``fullest`` (and
+        ``fullest-when-alone`` while no other MIG bind of the host is
+        under way): move the request to the GPU of the host that offers
+        the fewest profiles among those that offer this one, where that
+        is fuller than the GPU Nova's claim names and Placement gives it
+        the room. ``(deployable, handle)`` the bind goes on with."""
         placement = self._placement()
         if placement is None:
             return deployable, handle
@@ -556,6 +557,13 @@ class Binder:
         own = next((card for card in cards
                     if card['id'] == deployable['id']), None)
         if own is None:
+            return deployable, handle
+        if (self.conf.conductor.mig_gpu_choice == 'fullest-when-alone'
+                and db.binds_under_way(
+                    context, [card['rp_uuid'] for card in cards],
+                    item['id'])):
+            # Racing binds packed on one GPU would wait for each other
+            # on its card, one creation at a time.
             return deployable, handle
         fuller = [card for card in self._mig_cards(
                       context, deployable, profile, {own['id']}, cards)

@@ -34,20 +34,26 @@ opts = [
                      'Off: such a bind fails, and Nova puts the instance '
                      'in ERROR.'),
     cfg.StrOpt('mig_gpu_choice',
-               default='scheduler',
+               default='fullest-when-alone',
                choices=[('scheduler', 'The GPU whose provider Nova\'s '
                          'claim names (another one only when it cannot '
                          'place the profile: mig_move_on_refusal).'),
                         ('fullest', 'The GPU of the host whose traits offer '
                          'the fewest profiles among those that offer the '
                          'one asked, where it is fuller than the GPU Nova '
-                         'chose and Placement gives it the room.')],
+                         'chose and Placement gives it the room.'),
+                        ('fullest-when-alone', 'As ``fullest`` while no '
+                         'other MIG bind of the host is under way; the GPU '
+                         'Nova claimed while one is: binds packed on one GPU '
+                         'wait for each other, as a card makes its '
+                         'instances one at a time.')],
                help='Which GPU of the host a MIG instance made on demand is '
                     'made on. Placement counts slices and weighs nothing: '
                     'the GPU Nova claims may be an empty one while a busy '
                     'one could take the instance, and small instances '
                     'spread over the GPUs leave none empty for a 7g.80gb. '
-                    '``fullest`` packs them, moving the '
+                    '``fullest`` and ``fullest-when-alone`` pack them, '
+                    'moving the '
                     'instance\'s allocation of those slices in Placement '
                     'as mig_move_on_refusal does (one more Placement read '
                     'and write for each bind moved). The instance stays on '

@@ -20,9 +20,9 @@ def bench():
 
 
 # Sixteen at a time with both databases on MariaDB, as ``--db mysql``
-# runs it; one at a time with the conductor packing GPUs.
-@pytest.mark.parametrize('boots,engine,choice', [(1, 'sqlite', 'fullest'),
-                                                 (16, 'mysql', 'scheduler')])
+# runs it; one at a time with the conductor packing GPUs (the default).
+@pytest.mark.parametrize('boots,engine,choice', [
+    (1, 'sqlite', 'fullest-when-alone'), (16, 'mysql', 'scheduler')])
 def test_every_request_ends_placed_or_refused_once(bench, boots, engine,
                                                    choice):
     out = io.StringIO()
@@ -43,6 +43,7 @@ def test_every_request_ends_placed_or_refused_once(bench, boots, engine,
         # The traits Placement filters on are always current.
         assert row.card == 0
     printed = out.getvalue()
-    assert 'GPU choice %s; databases on %s' % (choice, engine) in printed
+    assert ('GPU choice %s (best fit), scheduler (lowest slot); databases '
+            'on %s' % (choice, engine)) in printed
     assert 'run time' in printed
     assert printed.count('best-fit') >= 2  # the row and its total

@@ -3,7 +3,9 @@
     python tools/bench/mig_churn.py [--requests 700] [--warmup 3]
         [--seed 1] [--cards 8] [--boots 1,16] [--mixes uniform,small-heavy]
         [--loads 0.7,0.9] [--rules best-fit,lowest-slot]
-        [--gpu-choice scheduler|fullest] [--db sqlite|mysql|postgresql]
+        [--gpu-choice fullest-when-alone|scheduler|fullest]
+        [--baseline-gpu-choice scheduler|fullest-when-alone|fullest]
+        [--db sqlite|mysql|postgresql]
 
 The churn of ``tools/bench/mig_churn_sim.py`` (its arrivals: Poisson,
 exponential lifetimes of mean 1, the ``uniform`` and ``small-heavy``
@@ -57,7 +59,13 @@ mix's and load's rate) go through the same path uncounted, so that the
 counted requests meet a host already near its steady occupancy; the
 simulation counts from an empty host instead. Both rules of a row see
 the same arrivals, profiles and lifetimes; ``[conductor]
-mig_placement_rule`` is switched between them. After each row every
+mig_placement_rule`` is switched between them, and so is ``[conductor]
+mig_gpu_choice``: best fit runs with ``--gpu-choice`` (by default the
+service's default, which packs a request on the fullest GPU of the host
+that offers its profile while no other bind of the host is under way),
+lowest slot with ``--baseline-gpu-choice`` (by default the GPU Nova
+claimed: what the card and the scheduler do by themselves). Both at
+``scheduler`` compare the start rules alone. After each row every
 instance departs (uncounted), and the host is checked empty in NVML and
 in Placement.
 
@@ -66,7 +74,7 @@ by Placement (% of requests), refused by the card (the bind failed, % of
 those Placement accepted), moved (bound on another card of the host than
 the one Nova claimed: refused by that card, ``[conductor]
 mig_move_on_refusal``, off with ``--no-moves``, or packed on a fuller
-one, ``[conductor] mig_gpu_choice``, ``--gpu-choice fullest``; % of
+one, ``[conductor] mig_gpu_choice``; % of
 those accepted), on the best-fit row the
 ratio of all refusals best-fit / lowest-slot, and the time from the
 bind's PATCH to Nova's event (p50, p99, in ms, wall clock of this
@@ -123,6 +131,7 @@ from cyborg.conductor import manager as conductor_manager  # noqa: E402
 from cyborg.conductor import mig as conductor_mig  # noqa: E402
 from cyborg.conductor import placement_sync  # noqa: E402
 from cyborg.conductor import rpcapi as conductor_rpcapi  # noqa: E402
+from cyborg.conf import conductor as conductor_conf  # noqa: E402
 from cyborg.db import session  # noqa: E402
 from cyborg.metrics import conductor as conductor_metrics  # noqa: E402
 from cyborg.privsep import checks  # noqa: E402
@@ -146,6 +155,9 @@ HOST = 'gpu-host'
 ARQS = arq_stack.ARQS
 CARD = sim.CARD
 RULES = ('best-fit', 'lowest-slot')
+_GPU_CHOICE = next(opt for opt in conductor_conf.opts
+                   if opt.name == 'mig_gpu_choice')
+GPU_CHOICES = tuple(_GPU_CHOICE.type.choices)
 # What the flavor asks besides the accelerator: Nova's unnumbered group.
 FLAVOR = 'MEMORY_MB:512,VCPU:1'
 # Nova's suffix of the device profile's request group.
@@ -582,8 +594,10 @@ def run_row(stack, mix, load, boots, rule, args):
     stack.conf.set_override('mig_placement_rule', rule, group='conductor')
     stack.conf.set_override('mig_move_on_refusal', not args.no_moves,
                             group='conductor')
-    stack.conf.set_override('mig_gpu_choice', args.gpu_choice,
-                            group='conductor')
+    stack.conf.set_override(
+        'mig_gpu_choice',
+        args.gpu_choice if rule == 'best-fit' else args.baseline_gpu_choice,
+        group='conductor')
     warm, requests = arrivals(mix, load, args.cards, args.requests,
                               args.warmup, args.seed)
     nova = NovaBoots(stack, random.Random('%s/pick' % args.seed))
@@ -750,11 +764,15 @@ def parse_args(argv):
                         help='[conductor] mig_move_on_refusal off: a bind '
                         'its card refuses fails instead of moving to '
                         'another card of the host')
-    parser.add_argument('--gpu-choice', default='scheduler',
-                        choices=('scheduler', 'fullest'),
-                        help='[conductor] mig_gpu_choice: the GPU Nova '
-                        'claimed (default), or the fullest that offers the '
-                        'profile')
+    parser.add_argument('--gpu-choice', choices=GPU_CHOICES,
+                        default=_GPU_CHOICE.default,
+                        help='[conductor] mig_gpu_choice of the best-fit '
+                        'rows (default: the service\'s default)')
+    parser.add_argument('--baseline-gpu-choice', choices=GPU_CHOICES,
+                        default='scheduler',
+                        help='[conductor] mig_gpu_choice of the '
+                        'lowest-slot rows (default: scheduler, the GPU '
+                        'Nova claimed)')
     parser.add_argument('--db', default='sqlite', choices=db_servers.ENGINES,
                         help='the engine of this service\'s and Placement\'s '
                         'databases (default sqlite; mysql is MariaDB)')
@@ -795,9 +813,11 @@ def main(argv=None, out=None):
           '%d counted requests per row after %g mean lifetimes of warm-up; '
           'card refusals (binds failed) and moves (bound on another GPU of '
           'the host than Nova claimed) in %% of the requests Placement '
-          'accepted; moves on refusal %s; GPU choice %s; databases on %s'
+          'accepted; moves on refusal %s; GPU choice %s (best fit), %s '
+          '(lowest slot); databases on %s'
           % (args.cards, CARD.name, args.seed, args.requests, args.warmup,
-             'off' if args.no_moves else 'on', args.gpu_choice, args.db),
+             'off' if args.no_moves else 'on', args.gpu_choice,
+             args.baseline_gpu_choice, args.db),
           file=stream, flush=True)
     with tempfile.TemporaryDirectory(prefix='mig-churn-') as directory, \
             host_stack(directory, args.cards, args.db) as stack:

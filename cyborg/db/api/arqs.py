@@ -1357,6 +1357,21 @@ def requests_on_provider(context, rp_uuid):
             made=ARQ.attach_details.is_not(None))
 
 
+def binds_under_way(context, rp_uuids, but):
+    """How many ARQs other than ``but`` are being bound to one of the
+    providers ``rp_uuids`` with nothing made for them yet: binds that
+    would queue on the same cards."""
+    if not rp_uuids:
+        return 0
+    with context.db.reader(context) as session:
+        return session.execute(
+            sa.select(sa.func.count(ARQ.id)).where(
+                ARQ.device_rp_uuid.in_(list(rp_uuids)),
+                ARQ.state == states.BIND_STARTED,
+                ARQ.attach_details.is_(None),
+                ARQ.id != but)).scalar_one()
+
+
 def instance_requests(context, instance_uuid):
     """The ARQs of ``instance_uuid`` being bound or bound, as bind work
     (their provider and group): what its allocation must hold."""

@@ -132,9 +132,10 @@ def test_a_request_its_gpu_cannot_place_moves_to_another_gpu(rig):
     assert rig.held_on(SECOND) == []
 
 
-def test_the_fullest_gpu_choice_packs_a_request_on_the_busier_gpu(rig,
-                                                                    conf):
-    conf.set_override('mig_gpu_choice', 'fullest', group='conductor')
+@pytest.mark.parametrize('choice', ['fullest', 'fullest-when-alone'])
+def test_the_fullest_gpu_choice_packs_a_request_on_the_busier_gpu(rig, conf,
+                                                                    choice):
+    conf.set_override('mig_gpu_choice', choice, group='conductor')
     busy = rig.bind_on('1g.10gb', FIRST)  # both empty: it stays
     assert busy['device_rp_uuid'] == rig.rps[FIRST]
     whole = rig.offers(SECOND)
@@ -157,7 +158,8 @@ def test_the_fullest_gpu_choice_packs_a_request_on_the_busier_gpu(rig,
 
 # The choice is the conductor's: one engine is enough.
 @pytest.mark.parametrize('database_url', ['sqlite'], indirect=True)
-def test_the_scheduler_gpu_choice_keeps_the_gpu_nova_claimed(rig):
+def test_the_scheduler_gpu_choice_keeps_the_gpu_nova_claimed(rig, conf):
+    conf.set_override('mig_gpu_choice', 'scheduler', group='conductor')
     rig.bind_on('1g.10gb', FIRST)
     instance = str(uuid.uuid4())
     rig.claim(instance, SECOND, 1, 1)
@@ -170,6 +172,45 @@ def test_the_scheduler_gpu_choice_keeps_the_gpu_nova_claimed(rig):
     assert rig.allocations(instance) == {
         rig.rps[SECOND]: {COMPUTE: 1, MEMORY: 1}}
     assert rig.counted('packed') == 0
+
+
+def test_a_bind_racing_another_on_the_host_keeps_the_gpu_nova_claimed(
+        rig, monkeypatch):
+    """The default, ``fullest-when-alone``: while another MIG bind of the
+    host waits for its instance, a bind is not packed onto that bind's
+    GPU, where it would wait for the same card."""
+    rig.bind_on('1g.10gb', FIRST)
+    release = threading.Event()
+    making = threading.Event()
+    real = rig.binder._make_mig_instance_locked
+
+    def slow(context, item, deployable, handle, profile):
+        if item['instance_uuid'] == held:
+            making.set()
+            assert release.wait(30)
+        return real(context, item, deployable, handle, profile)
+
+    monkeypatch.setattr(rig.binder, '_make_mig_instance_locked', slow)
+    held = str(uuid.uuid4())
+    rig.claim(held, FIRST, 1, 1)
+    rig.start_bind('1g.10gb', FIRST, held)
+    assert making.wait(30)
+    instance = str(uuid.uuid4())
+    rig.claim(instance, SECOND, 1, 1)
+
+    try:
+        arq = arq_stack.bind_one(rig.api, 'mig-1g.10gb', rig.rps[SECOND],
+                                 instance, HOST)
+    finally:
+        release.set()
+
+    assert arq['state'] == 'Bound', arq
+    assert arq['device_rp_uuid'] == rig.rps[SECOND]
+    assert rig.held_on(SECOND) == [('1g.10gb', 0)]
+    assert rig.counted('packed') == 0
+    first, = arq_stack.wait_resolved(rig.api, held)
+    assert first['state'] == 'Bound', first
+    assert rig.held_on(FIRST) == [('1g.10gb', 0), ('1g.10gb', 1)]
 
 
 # What is tried and refused is the conductor's: one engine is enough.
